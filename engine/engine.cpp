@@ -1,0 +1,94 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "engine/error.h"
+
+namespace kvx {
+namespace {
+
+int32_t resolve_context(const ModelConfig& config, const EngineOptions& options) {
+    if (options.context < 0) throw Error("context size must be positive");
+    if (options.context > config.max_seq_len)
+        throw Error("context of " + std::to_string(options.context) + " tokens exceeds the model's maximum of " +
+                    std::to_string(config.max_seq_len));
+    return options.context == 0 ? config.max_seq_len : options.context;
+}
+
+int32_t resolve_num_blocks(int32_t context, const EngineOptions& options) {
+    if (options.num_blocks < 0) throw Error("the number of KV blocks must be positive");
+    if (options.num_blocks > 0) return options.num_blocks;
+    return (context + options.block_size - 1) / std::max(options.block_size, 1);
+}
+
+}  // namespace
+
+Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options)
+    : backend_(std::move(backend)),
+      context_(resolve_context(config, options)),
+      vocab_size_(config.vocab_size),
+      cache_(resolve_num_blocks(context_, options), options.block_size) {
+    backend_->allocate_kv(cache_.pool().num_blocks(), cache_.block_size());
+}
+
+const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inputs) {
+    // Check everything before the cache changes, so that a refused batch leaves no trace.
+    int64_t blocks_needed = 0;
+    size_t n_rows = 0, n_logit_rows = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const SequenceInput& in = inputs[i];
+        for (size_t j = 0; j < i; ++j)
+            if (inputs[j].seq == in.seq) throw Error("a sequence appears twice in one forward pass");
+        if (in.tokens.empty()) throw Error("a forward pass input has no tokens");
+        for (int32_t token : in.tokens)
+            if (token < 0 || token >= vocab_size_)
+                throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
+                            std::to_string(vocab_size_));
+        const int64_t new_len = int64_t{cache_.length(in.seq)} + static_cast<int64_t>(in.tokens.size());
+        if (new_len > context_)
+            throw Error("sequence would hold " + std::to_string(new_len) + " tokens, more than the context of " +
+                        std::to_string(context_) + " (raise -c, up to the model's maximum)");
+        blocks_needed += cache_.blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size()));
+        n_rows += in.tokens.size();
+        n_logit_rows += in.all_logits ? in.tokens.size() : 1;
+    }
+    if (blocks_needed > cache_.pool().num_free())
+        throw Error("KV cache pool exhausted: this step needs " + std::to_string(blocks_needed) + " blocks but " +
+                    std::to_string(cache_.pool().num_free()) + " of " + std::to_string(cache_.pool().num_blocks()) +
+                    " are free");
+
+    ForwardBatch& b = batch_;
+    b.tokens.clear();
+    b.positions.clear();
+    b.row_seq.clear();
+    b.slots.resize(n_rows);
+    b.logit_rows.clear();
+    copies_.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const SequenceInput& in = inputs[i];
+        const int32_t start = cache_.length(in.seq);
+        const int32_t count = static_cast<int32_t>(in.tokens.size());
+        cache_.append_slots(in.seq, count, &b.slots[b.tokens.size()], copies_);
+        for (int32_t t = 0; t < count; ++t) {
+            if (in.all_logits || t == count - 1) b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size()));
+            b.tokens.push_back(in.tokens[static_cast<size_t>(t)]);
+            b.positions.push_back(start + t);
+            b.row_seq.push_back(static_cast<int32_t>(i));
+        }
+    }
+    size_t stride = 1;
+    for (const SequenceInput& in : inputs) stride = std::max(stride, cache_.block_table(in.seq).size());
+    b.table_stride = static_cast<int32_t>(stride);
+    b.block_tables.assign(inputs.size() * stride, -1);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const auto& table = cache_.block_table(inputs[i].seq);
+        std::copy(table.begin(), table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
+    }
+
+    if (!copies_.empty()) backend_->copy_blocks(copies_);
+    logits_.resize(n_logit_rows * static_cast<size_t>(vocab_size_));
+    backend_->forward(b, logits_.data());
+    return logits_;
+}
+
+}  // namespace kvx

@@ -1,0 +1,62 @@
+// The engine: a backend, the cache manager that owns the block tables, and the context limit. It turns
+// "these sequences get these tokens" into one ForwardBatch and returns the logits the caller asked for.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/model_config.h"
+
+namespace kvx {
+
+struct EngineOptions {
+    int32_t context = 0;       // most tokens one sequence may hold; 0 = the model's max_seq_len
+    int32_t block_size = 16;   // tokens per KV block, a power of two from 1 to 256
+    int32_t num_blocks = 0;    // pool size; 0 = enough for one sequence of `context` tokens
+};
+
+// New tokens for one sequence in a forward pass.
+struct SequenceInput {
+    SeqId seq;
+    std::span<const int32_t> tokens;
+    bool all_logits = false;  // logits for every token (kvx logits, tests) or only for the last one
+};
+
+class Engine {
+public:
+    // Throws kvx::Error for an invalid block size, a context beyond the model's max_seq_len, or a pool
+    // the backend cannot allocate.
+    Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
+
+    SeqId new_sequence() { return cache_.create_sequence(); }
+    SeqId fork_sequence(SeqId parent) { return cache_.fork(parent); }
+    void free_sequence(SeqId seq) { cache_.free_sequence(seq); }
+    int32_t length(SeqId seq) const { return cache_.length(seq); }
+
+    // Appends each input's tokens to its sequence in one forward pass and returns the wanted logits,
+    // [rows][vocab_size] in input order: every token's row for all_logits inputs, else the last token's.
+    // A sequence may appear at most once. Throws kvx::Error, with nothing changed, if a sequence would
+    // outgrow the context or the pool is short of blocks.
+    const std::vector<float>& forward(const std::vector<SequenceInput>& inputs);
+
+    const KvCacheManager& cache() const { return cache_; }
+    const Backend& backend() const { return *backend_; }
+    int32_t context() const { return context_; }
+    int32_t vocab_size() const { return vocab_size_; }
+    size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(); }
+
+private:
+    std::unique_ptr<Backend> backend_;
+    int32_t context_;
+    int32_t vocab_size_;
+    KvCacheManager cache_;
+    ForwardBatch batch_;            // reused between calls
+    std::vector<BlockCopy> copies_;  // reused between calls
+    std::vector<float> logits_;     // [rows][vocab_size], reused between calls
+};
+
+}  // namespace kvx

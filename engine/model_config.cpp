@@ -1,0 +1,78 @@
+#include "engine/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+
+namespace kvx {
+namespace {
+
+using nlohmann::json;
+
+int positive_int(const json& j, const std::string& key, const std::string& path) {
+    if (!j.contains(key) || !j[key].is_number_integer())
+        throw Error("model config '" + path + "': missing integer field '" + key + "'");
+    const auto v = j[key].get<int64_t>();
+    if (v <= 0 || v > (int64_t{1} << 30))
+        throw Error("model config '" + path + "': field '" + key + "' = " + std::to_string(v) + " is out of range");
+    return static_cast<int>(v);
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::string& model_dir) {
+    const std::string path = model_dir + "/config.json";
+    std::ifstream in(path);
+    if (!in) throw Error("no model at '" + model_dir + "': cannot read " + path);
+    json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw Error("model config '" + path + "' is not valid JSON");
+    if (j.value("format", "") != "kvx-model")
+        throw Error("'" + path + "' is not a kvx model config (run 'kvx convert' on an ONNX file first)");
+    if (j.value("format_version", 0) != 1)
+        throw Error("model config '" + path + "': unsupported format_version (this kvx reads version 1)");
+
+    ModelConfig c;
+    c.architecture = j.value("architecture", "");
+    if (c.architecture != "llama")
+        throw Error("model config '" + path + "': unsupported architecture '" + c.architecture + "'");
+    c.dim = positive_int(j, "dim", path);
+    c.hidden_dim = positive_int(j, "hidden_dim", path);
+    c.n_layers = positive_int(j, "n_layers", path);
+    c.n_heads = positive_int(j, "n_heads", path);
+    c.n_kv_heads = positive_int(j, "n_kv_heads", path);
+    c.head_dim = positive_int(j, "head_dim", path);
+    c.vocab_size = positive_int(j, "vocab_size", path);
+    c.max_seq_len = positive_int(j, "max_seq_len", path);
+    if (c.n_heads % c.n_kv_heads != 0)
+        throw Error("model config '" + path + "': n_heads " + std::to_string(c.n_heads) +
+                    " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
+    if (c.head_dim % 2 != 0) throw Error("model config '" + path + "': head_dim must be even for RoPE");
+    if (!j.contains("norm_eps") || !j["norm_eps"].is_number())
+        throw Error("model config '" + path + "': missing number field 'norm_eps'");
+    c.norm_eps = j["norm_eps"].get<float>();
+    if (j.value("rope_style", "") != "half")
+        throw Error("model config '" + path + "': unsupported rope_style (kvx implements 'half')");
+    c.tied_embeddings = j.value("tied_embeddings", true);
+    c.bos_token_id = j.value("bos_token_id", -1);
+    if (j.contains("eos_token_ids") && j["eos_token_ids"].is_array())
+        for (const auto& t : j["eos_token_ids"]) c.eos_token_ids.push_back(t.get<int>());
+    for (int t : c.eos_token_ids)
+        if (t < 0 || t >= c.vocab_size) throw Error("model config '" + path + "': eos token id out of the vocabulary");
+    if (c.bos_token_id >= c.vocab_size) throw Error("model config '" + path + "': bos_token_id out of the vocabulary");
+
+    if (!j.contains("weights") || !j["weights"].is_object())
+        throw Error("model config '" + path + "': missing 'weights'");
+    c.weights_file = j["weights"].value("file", "");
+    if (j["weights"].value("dtype", "") != "f32")
+        throw Error("model config '" + path + "': unsupported weights dtype (this kvx reads f32)");
+    if (j.contains("tokenizer") && j["tokenizer"].is_object()) {
+        c.tokenizer_type = j["tokenizer"].value("type", "");
+        c.tokenizer_file = j["tokenizer"].value("file", "");
+        if (c.tokenizer_type != "llama2c")
+            throw Error("model config '" + path + "': unsupported tokenizer type '" + c.tokenizer_type + "'");
+    }
+    return c;
+}
+
+}  // namespace kvx

@@ -1,0 +1,24 @@
+// Minimal NumPy .npy (format 1.0) reading and writing: little-endian float32 and int64 arrays in C order,
+// enough to exchange logits and token lists with any reference implementation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvx {
+
+void write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape);
+
+struct NpyArray {
+    std::string dtype;           // "<f4" or "<i8"
+    std::vector<int64_t> shape;
+    std::vector<float> f32;      // filled for "<f4"
+    std::vector<int64_t> i64;    // filled for "<i8"
+};
+
+// Throws kvx::Error for a missing file, a malformed header, a dtype other than <f4/<i8, Fortran order,
+// or a truncated payload.
+NpyArray read_npy(const std::string& path);
+
+}  // namespace kvx

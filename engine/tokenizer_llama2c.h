@@ -1,0 +1,42 @@
+// The llama2.c tokenizer (tok512.bin and friends): a SentencePiece-style BPE vocabulary with one score per
+// piece, merged greedily by score, with byte-fallback pieces <0x00>..<0xFF>.
+//
+// File layout: int32 max_token_length, then per token: float score, int32 byte length, the bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kvx {
+
+class Llama2cTokenizer {
+public:
+    // Throws kvx::Error if the file is missing, truncated, or holds a number of pieces other than
+    // vocab_size (a tokenizer that does not fit the model).
+    Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id);
+
+    // Prepends BOS when asked; a non-empty text gets SentencePiece's dummy-prefix space first.
+    std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+
+    // The bytes token `token` stands for, given the token before it: BOS is nothing, the leading space of
+    // a piece right after BOS is dropped, byte pieces become their byte. Control bytes other than whitespace become
+    // nothing, so a stray byte never garbles a terminal; bytes >= 0x80 pass through to form UTF-8.
+    std::string decode(int32_t prev_token, int32_t token) const;
+
+    int vocab_size() const { return static_cast<int>(pieces_.size()); }
+    const std::string& piece(int32_t token) const { return pieces_.at(static_cast<size_t>(token)); }
+
+private:
+    int32_t lookup(std::string_view piece) const;  // -1 when the piece is not in the vocabulary
+
+    std::vector<std::string> pieces_;             // [vocab_size]
+    std::vector<float> scores_;                   // [vocab_size] merge priority, higher first
+    std::unordered_map<std::string, int32_t> ids_;  // piece -> lowest id holding it
+    int32_t byte_ids_[256];                       // id of <0xNN>, or -1
+    int bos_id_;
+};
+
+}  // namespace kvx

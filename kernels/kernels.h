@@ -1,0 +1,86 @@
+// The backend-neutral kernel contract.
+//
+// Every backend (the plain reference in kernels/reference.cpp, the SIMD CPU kernels in cpu/, later CUDA)
+// provides one KernelTable. The engine calls kernels only through it, so the reference table doubles as
+// the oracle the other tables are tested against.
+//
+// Conventions shared by every kernel:
+//   - fp32, row-major, no padding between rows unless a stride is given.
+//   - A linear layer's weight is stored [out_features, in_features] (each output is a dot product of two
+//     contiguous rows), the llama2.c / safetensors convention; the converter transposes ONNX's [in, out].
+//   - Kernels never allocate on the hot path and never keep state between calls.
+//   - Kernels may use OpenMP internally; they respect omp_get_max_threads().
+#pragma once
+
+#include <cstdint>
+
+namespace kvx {
+
+// Attention of a batch of query rows over a paged KV cache, for one layer.
+//
+// Each query row belongs to one sequence (row_seq) and sits at an absolute position (row_pos); it attends
+// causally to that sequence's keys at positions 0 .. row_pos, which must already be in the cache (the
+// engine appends the batch's own K/V first). A batch may therefore mix a prefill chunk of one sequence
+// with decode rows of others.
+//
+// Cache layout (one layer; K and V alike), one physical block = block_size consecutive token positions:
+//
+//   k_cache [num_blocks][n_kv_heads][block_size][head_dim]
+//            ^ physical block id from the sequence's block table
+//
+//   position p of sequence s lives in block  block_tables[s * table_stride + p / block_size]
+//                                  at offset p % block_size
+//
+// Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads).
+struct PagedAttentionArgs {
+    const float* q = nullptr;              // [n_rows][n_heads][head_dim]
+    const float* k_cache = nullptr;        // [num_blocks][n_kv_heads][block_size][head_dim]
+    const float* v_cache = nullptr;        // [num_blocks][n_kv_heads][block_size][head_dim]
+    const int32_t* block_tables = nullptr; // [n_seqs][table_stride], physical block ids
+    const int32_t* row_seq = nullptr;      // [n_rows], which block table the row uses
+    const int32_t* row_pos = nullptr;      // [n_rows], absolute position of the row's token
+    float* out = nullptr;                  // [n_rows][n_heads][head_dim]
+    int n_rows = 0;
+    int n_heads = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    int block_size = 0;
+    int table_stride = 0;
+    float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
+};
+
+struct KernelTable {
+    const char* name;
+
+    // out[n][m] = x[n][k] . w[m][k]^T. n == 1 is the decode GEMV; n > 1 the prefill GEMM.
+    void (*matmul)(float* out, const float* x, const float* w, int n, int k, int m);
+
+    // out[i][:] = x[i][:] / sqrt(mean(x[i][:]^2) + eps) * weight[:], for i < n rows of width d.
+    // out may alias x.
+    void (*rmsnorm)(float* out, const float* x, const float* weight, int n, int d, float eps);
+
+    // Rotary embedding in the "rotate half" form (HF Llama, GPT-NeoX): within each head, element j of the
+    // first half pairs with element j + head_dim/2:
+    //   x1' = x1 * cos - x2 * sin,   x2' = x2 * cos + x1 * sin
+    // x [n_rows][n_heads][head_dim] in place; cos, sin [n_rows][head_dim/2] (computed once per forward
+    // pass by the engine from the positions and the model's inverse frequencies).
+    void (*rope)(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim);
+
+    // Writes the batch's new keys and values into their cache slots.
+    // k, v [n_rows][n_kv_heads][head_dim]; slots [n_rows]: block_id * block_size + offset, or -1 to skip.
+    void (*kv_append)(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slots,
+                      int n_rows, int n_kv_heads, int head_dim, int block_size);
+
+    void (*paged_attention)(const PagedAttentionArgs& args);
+
+    // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
+    void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
+
+    // Residual add: x[i] += y[i].
+    void (*add)(float* x, const float* y, int64_t n);
+};
+
+// The plain fp32 implementation: simple loops and Eigen, never optimised, kept forever as the oracle.
+const KernelTable& reference_kernels();
+
+}  // namespace kvx

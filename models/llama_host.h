@@ -1,0 +1,51 @@
+// The Llama forward pass on host memory, computed by any KernelTable: the SIMD CPU kernels for speed, the
+// reference kernels as the oracle. Weights are used in place from the memory-mapped model.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "kernels/kernels.h"
+
+namespace kvx {
+
+class LlamaHostBackend final : public Backend {
+public:
+    LlamaHostBackend(const Model& model, const KernelTable& kernels);
+
+    std::string name() const override { return kernels_.name; }
+    void allocate_kv(int32_t num_blocks, int32_t block_size) override;
+    size_t kv_bytes_per_block() const override;
+    void copy_blocks(const std::vector<BlockCopy>& copies) override;
+    void forward(const ForwardBatch& batch, float* logits) override;
+
+private:
+    void ensure_scratch(int32_t n_rows);
+    void attention_block(int layer, const ForwardBatch& batch);
+    void mlp_block(int layer, int32_t n_rows);
+
+    const Model& model_;
+    const KernelTable& kernels_;
+    int32_t block_size_ = 0;
+    size_t block_floats_ = 0;           // floats of one block in one layer's K (or V): kv_heads * block_size * head_dim
+    std::vector<std::vector<float>> k_cache_;  // [n_layers][num_blocks][n_kv_heads][block_size][head_dim]
+    std::vector<std::vector<float>> v_cache_;  // same layout as k_cache_
+
+    // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode.
+    int32_t scratch_rows_ = 0;
+    std::vector<float> x_;       // [n_rows][dim] residual stream
+    std::vector<float> xn_;      // [n_rows][dim] normalised input of the current block
+    std::vector<float> q_;       // [n_rows][n_heads][head_dim]
+    std::vector<float> k_;       // [n_rows][n_kv_heads][head_dim]
+    std::vector<float> v_;       // [n_rows][n_kv_heads][head_dim]
+    std::vector<float> att_;     // [n_rows][n_heads][head_dim] attention output before wo
+    std::vector<float> gate_;    // [n_rows][hidden_dim]
+    std::vector<float> up_;      // [n_rows][hidden_dim]
+    std::vector<float> proj_;    // [n_rows][dim] output of wo / w_down before the residual add
+    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2]
+    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2]
+};
+
+}  // namespace kvx

@@ -1,0 +1,73 @@
+"""Every bad input to the kvx command line: one clear line on stderr, a non-zero exit, no crash."""
+import os
+import unittest
+
+from kvx_cli import run
+
+
+class ErrorsTest(unittest.TestCase):
+    def assert_fails(self, args, message):
+        code, out, err = run(*args)
+        self.assertNotEqual(code, 0, f"kvx {' '.join(args)} succeeded:\n{out}")
+        self.assertLess(code, 128, f"kvx {' '.join(args)} died from a signal")
+        self.assertIn(message, err, f"kvx {' '.join(args)}")
+        self.assertNotIn("terminate called", err)
+
+    def test_bad_flags(self):
+        self.assert_fails(["generate", "--bogus"], "--bogus")
+        self.assert_fails(["generate", "-n"], "-n")
+        self.assert_fails(["generate", "-n", "many"], "many")
+        self.assert_fails(["generate", "--block-size", "3"], "block size 3 is invalid")
+        self.assert_fails(["generate", "--block-size", "512"], "block size 512 is invalid")
+        self.assert_fails(["generate", "--temp", "-1"], "--temp")
+        self.assert_fails(["generate", "--top-p", "1.5"], "--top-p")
+        self.assert_fails(["generate", "--top-k", "-3"], "--top-k")
+        self.assert_fails(["generate", "-n", "-5"], "-n must be")
+        self.assert_fails(["generate", "--simd", "bogus"], "unknown --simd 'bogus'")
+        self.assert_fails(["generate", "-p", "x", "-f", "y"], "excludes")
+        self.assert_fails(["logits", "--tokens", "1,2"], "--output")
+        self.assert_fails(["logits", "--tokens", "1,x", "-o", "a.npy"], "'x' is not a token id")
+        self.assert_fails(["logits", "--tokens", "1,2", "--n-prefill", "3", "-o", "a.npy"], "--n-prefill 3 exceeds")
+        self.assert_fails(["logits", "--tokens", "1,9999", "-o", "a.npy"], "token id 9999 is outside the vocabulary")
+        self.assert_fails([], "subcommand")
+        self.assert_fails(["frobnicate"], "frobnicate")
+
+    def test_context_limits(self):
+        self.assert_fails(["generate", "-c", "100000"], "exceeds the model's maximum of 512")
+        long_prompt = "Once upon a time there was a dog. " * 20
+        self.assert_fails(["generate", "-c", "32", "-p", long_prompt], "longer than the context of 32")
+        self.assert_fails(["generate", "-c", "16", "-n", "100"], "exceed the context of 16 tokens")
+
+    def test_missing_files(self):
+        self.assert_fails(["generate", "-m", "/nonexistent/model"], "no model at '/nonexistent/model'")
+        self.assert_fails(["generate", "-f", "/nonexistent/prompt.txt"], "cannot read prompt file")
+        self.assert_fails(["convert", "/nonexistent/model.onnx", "-o", "out"], "/nonexistent/model.onnx")
+        self.assert_fails(["tokenize", "-m", "/nonexistent", "-p", "x"], "no model at")
+
+    def test_unsupported_simd_level(self):
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            has_avx512 = " avx512f" in f.read()
+        if has_avx512:
+            self.skipTest("this CPU has AVX-512, so --simd avx512 is valid here")
+        self.assert_fails(["generate", "--simd", "avx512"], "avx512")
+
+    def test_help_documents_every_flag(self):
+        expected = {
+            "generate": ["-m", "-p", "-f", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
+                         "--block-size", "--simd"],
+            "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd"],
+            "convert": ["-o", "--tokenizer", "--max-seq-len"],
+            "tokenize": ["-m", "-p", "--no-bos"],
+        }
+        code, out, _ = run("--help")
+        self.assertEqual(code, 0)
+        for command, flags in expected.items():
+            self.assertIn(command, out)
+            code, out_cmd, _ = run(command, "--help")
+            self.assertEqual(code, 0)
+            for flag in flags:
+                self.assertIn(flag, out_cmd, f"kvx {command} --help does not mention {flag}")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,43 @@
+"""kvx logits writes what ONNX Runtime computes for the same tokens (fixtures from make_fixtures.py)."""
+import os
+import tempfile
+import unittest
+
+import numpy as np
+
+from kvx_cli import FIXTURES, run
+
+
+class LogitsTest(unittest.TestCase):
+    def check_fixture(self, name, *extra):
+        fixture = os.path.join(FIXTURES, name)
+        tokens = np.load(os.path.join(fixture, "tokens.npy"))
+        ref = np.load(os.path.join(fixture, "ref_logits.npy"))
+        n_prefill = 32
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "logits.npy")
+            code, _, err = run("logits", "-m", os.path.join(fixture, "model"), "--tokens",
+                               ",".join(str(int(t)) for t in tokens), "--n-prefill", str(n_prefill), "-o", out, *extra)
+            self.assertEqual(code, 0, err)
+            got = np.load(out)
+        self.assertEqual(got.shape, ref.shape)
+        self.assertEqual(got.dtype, np.float32)
+        for pos in range(len(tokens)):
+            scale = np.abs(ref[pos]).max()
+            self.assertLessEqual(np.abs(got[pos] - ref[pos]).max(), 1e-4 * scale, f"{name} position {pos}")
+
+    def test_stories260k(self):
+        self.check_fixture("stories260K")
+        self.check_fixture("stories260K", "--block-size", "1", "-t", "1")
+
+    def test_prompt_instead_of_tokens(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "logits.npy")
+            code, _, err = run("logits", "-p", "Once upon a time", "-o", out)
+            self.assertEqual(code, 0, err)
+            code, ids, _ = run("tokenize", "-p", "Once upon a time")
+            self.assertEqual(np.load(out).shape, (len(ids.split(",")), 512))
+
+
+if __name__ == "__main__":
+    unittest.main()

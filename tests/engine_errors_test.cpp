@@ -1,0 +1,147 @@
+// Bad requests to the engine and bad model files: a clear kvx::Error that names the problem, and nothing
+// changed or leaked.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/error.h"
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "fixtures.h"
+#include "models/llama_host.h"
+
+using namespace kvx;
+using namespace kvx::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+Engine make_engine(const Model& model, int32_t context, int32_t block_size = 16, int32_t num_blocks = 0) {
+    EngineOptions o;
+    o.context = context;
+    o.block_size = block_size;
+    o.num_blocks = num_blocks;
+    return Engine(model.config, std::make_unique<LlamaHostBackend>(model, reference_kernels()), o);
+}
+
+// A copy of a fixture's model directory that a test may damage.
+std::string scratch_copy(const Fixture& f, const std::string& tag) {
+    const fs::path dir = fs::temp_directory_path() / ("kvx_test_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::copy(f.model_dir, dir, fs::copy_options::recursive);
+    return dir.string();
+}
+
+void truncate_file(const std::string& path, uintmax_t size) { fs::resize_file(path, size); }
+
+}  // namespace
+
+TEST_CASE("engine refuses what does not fit and changes nothing", "[engine][errors]") {
+    const Fixture f = load_fixture("stories260K");
+    const Model model = load_model(f.model_dir);
+    const std::vector<int32_t> tokens(f.tokens.begin(), f.tokens.begin() + 20);
+
+    SECTION("context beyond the model's maximum") {
+        CHECK_THROWS_WITH(make_engine(model, model.config.max_seq_len + 1),
+                          Catch::Contains("exceeds the model's maximum of 512"));
+    }
+    SECTION("a sequence outgrowing the context") {
+        Engine engine = make_engine(model, 16);
+        const SeqId s = engine.new_sequence();
+        CHECK_THROWS_WITH(engine.forward({{s, tokens, false}}),
+                          Catch::Contains("20 tokens, more than the context of 16"));
+        CHECK(engine.length(s) == 0);
+        CHECK(engine.cache().pool().num_used() == 0);
+    }
+    SECTION("an exhausted pool") {
+        Engine engine = make_engine(model, 64, 4, 6);
+        const SeqId a = engine.new_sequence(), b = engine.new_sequence();
+        engine.forward({{a, std::span<const int32_t>(tokens).first(16), false}});
+        CHECK_THROWS_WITH(engine.forward({{b, std::span<const int32_t>(tokens).first(12), false}}),
+                          Catch::Contains("KV cache pool exhausted") && Catch::Contains("needs 3 blocks but 2 of 6"));
+        CHECK(engine.length(b) == 0);
+        engine.cache().check_invariants();
+        engine.free_sequence(a);
+        engine.free_sequence(b);
+        CHECK(engine.cache().pool().num_used() == 0);
+    }
+    SECTION("token ids outside the vocabulary") {
+        Engine engine = make_engine(model, 64);
+        const SeqId s = engine.new_sequence();
+        const std::vector<int32_t> bad = {1, 512};
+        CHECK_THROWS_WITH(engine.forward({{s, bad, false}}), Catch::Contains("token id 512 is outside the vocabulary of 512"));
+        const std::vector<int32_t> negative = {-3};
+        CHECK_THROWS_WITH(engine.forward({{s, negative, false}}), Catch::Contains("token id -3"));
+        CHECK(engine.length(s) == 0);
+    }
+    SECTION("the same sequence twice in one pass") {
+        Engine engine = make_engine(model, 64);
+        const SeqId s = engine.new_sequence();
+        CHECK_THROWS_WITH(engine.forward({{s, tokens, false}, {s, tokens, false}}), Catch::Contains("appears twice"));
+    }
+    SECTION("generation: a prompt longer than the context, or prompt plus -n beyond it") {
+        Engine engine = make_engine(model, 16);
+        const auto tokenizer = load_tokenizer(model.dir, model.config);
+        Sampler sampler(SamplerOptions{0.0f, 0, 1.0f, 0});
+        GenerationOptions g;
+        g.max_new_tokens = 1;
+        auto ignore = [](std::string_view) {};
+        CHECK_THROWS_WITH(generate(engine, *tokenizer, sampler, tokens, g, ignore),
+                          Catch::Contains("the prompt is 20 tokens, longer than the context of 16"));
+        g.max_new_tokens = 10;
+        CHECK_THROWS_WITH(generate(engine, *tokenizer, sampler, std::vector<int32_t>(tokens.begin(), tokens.begin() + 8), g, ignore),
+                          Catch::Contains("exceed the context of 16"));
+        CHECK(engine.cache().num_sequences() == 0);
+    }
+}
+
+TEST_CASE("damaged model directories are refused by name", "[engine][errors]") {
+    const Fixture f = load_fixture("stories260K");
+    const std::string dir = scratch_copy(f, "damaged");
+    const std::string weights = dir + "/model.safetensors";
+    const auto full_size = fs::file_size(weights);
+
+    SECTION("truncated weights") {
+        truncate_file(weights, full_size - 100);
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("is corrupt") && Catch::Contains("truncated"));
+    }
+    SECTION("a weights file shorter than its header") {
+        truncate_file(weights, 5);
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("shorter than its 8-byte header"));
+    }
+    SECTION("a header length beyond the file") {
+        std::fstream file(weights, std::ios::in | std::ios::out | std::ios::binary);
+        const uint64_t huge = uint64_t{1} << 40;
+        file.write(reinterpret_cast<const char*>(&huge), 8);
+        file.close();
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("exceeds the file"));
+    }
+    SECTION("a damaged header") {
+        std::fstream file(weights, std::ios::in | std::ios::out | std::ios::binary);
+        file.seekp(9);
+        file.write("\x01\x02\x03", 3);
+        file.close();
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("not a JSON object"));
+    }
+    SECTION("a config that disagrees with the weights") {
+        std::ifstream in(dir + "/config.json");
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        in.close();
+        const auto at = text.find("\"hidden_dim\"");
+        REQUIRE(at != std::string::npos);
+        const auto value_at = text.find_first_of("0123456789", at);
+        text.replace(value_at, text.find_first_not_of("0123456789", value_at) - value_at, "173");
+        std::ofstream(dir + "/config.json") << text;
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("layers.0.w_gate") && Catch::Contains("[173, 64]"));
+    }
+    SECTION("a missing model") {
+        CHECK_THROWS_WITH(load_model(dir + "/nowhere"), Catch::Contains("no model at"));
+    }
+    SECTION("a tokenizer that does not fit the vocabulary") {
+        truncate_file(dir + "/tokenizer.bin", fs::file_size(dir + "/tokenizer.bin") - 7);
+        const Model model = load_model(dir);
+        CHECK_THROWS_WITH(load_tokenizer(dir, model.config), Catch::Contains("truncated"));
+    }
+    fs::remove_all(dir);
+}

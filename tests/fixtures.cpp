@@ -1,0 +1,77 @@
+#include "fixtures.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/npy.h"
+#include "engine/position_logits.h"
+#include "models/llama_host.h"
+
+namespace kvx::test {
+
+namespace fs = std::filesystem;
+
+static std::string fixtures_root() {
+    const char* root = std::getenv("KVX_FIXTURES");
+    if (!root || !*root) FAIL("KVX_FIXTURES is not set: run the tests through ctest, which makes the fixtures first");
+    if (!fs::is_directory(root)) FAIL(std::string("KVX_FIXTURES=") + root + " is not a directory");
+    return root;
+}
+
+Fixture load_fixture(const std::string& name) {
+    const std::string dir = fixtures_root() + "/" + name;
+    Fixture f;
+    f.name = name;
+    f.model_dir = dir + "/model";
+    std::ifstream meta_file(dir + "/meta.json");
+    if (!meta_file) FAIL("fixture " << name << " has no meta.json");
+    const auto meta = nlohmann::json::parse(meta_file);
+    f.n_prefill = meta.at("n_prefill").get<int32_t>();
+    const NpyArray tokens = read_npy(dir + "/tokens.npy");
+    for (int64_t t : tokens.i64) f.tokens.push_back(static_cast<int32_t>(t));
+    NpyArray logits = read_npy(dir + "/ref_logits.npy");
+    REQUIRE(logits.shape.size() == 2);
+    REQUIRE(logits.shape[0] == static_cast<int64_t>(f.tokens.size()));
+    f.vocab = static_cast<int32_t>(logits.shape[1]);
+    f.ref_logits = std::move(logits.f32);
+    return f;
+}
+
+std::vector<Fixture> load_fixtures() {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(fixtures_root()))
+        if (fs::exists(entry.path() / "meta.json")) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    if (names.empty()) FAIL("no fixtures under KVX_FIXTURES");
+    std::vector<Fixture> fixtures;
+    for (const auto& name : names) fixtures.push_back(load_fixture(name));
+    return fixtures;
+}
+
+std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable& kernels,
+                                           const std::vector<int32_t>& tokens, int32_t n_prefill,
+                                           int32_t block_size) {
+    EngineOptions options;
+    options.block_size = block_size;
+    Engine engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), options);
+    std::vector<float> all = position_logits(engine, tokens, static_cast<size_t>(n_prefill));
+    engine.cache().check_invariants();
+    REQUIRE(engine.cache().pool().num_used() == 0);
+    return all;
+}
+
+double relative_max_error(const float* a, const float* b, size_t n) {
+    double max_diff = 0, max_ref = 1e-30;
+    for (size_t i = 0; i < n; ++i) {
+        max_diff = std::max(max_diff, std::fabs(double{a[i]} - double{b[i]}));
+        max_ref = std::max(max_ref, std::fabs(double{b[i]}));
+    }
+    return max_diff / max_ref;
+}
+
+}  // namespace kvx::test

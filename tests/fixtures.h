@@ -1,0 +1,38 @@
+// Test fixtures written by tools/fixtures/make_fixtures.py: per model, the ONNX file, the converted kvx
+// model directory, a token sequence and ONNX Runtime's logits for it (prefill, then one decode step per
+// token). ctest points KVX_FIXTURES at them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "kernels/kernels.h"
+
+namespace kvx::test {
+
+struct Fixture {
+    std::string name;
+    std::string model_dir;
+    std::vector<int32_t> tokens;    // [n_tokens]
+    std::vector<float> ref_logits;  // [n_tokens][vocab], ONNX Runtime
+    int32_t n_prefill = 0;
+    int32_t vocab = 0;
+};
+
+// Every fixture under $KVX_FIXTURES; fails the test (not skips) when the variable or the files are missing.
+std::vector<Fixture> load_fixtures();
+Fixture load_fixture(const std::string& name);
+
+// Runs tokens[0, n_prefill) as one prefill and every later token as a decode step, returning the logits
+// of every position [n_tokens][vocab], as kvx logits does.
+std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable& kernels,
+                                           const std::vector<int32_t>& tokens, int32_t n_prefill,
+                                           int32_t block_size = 16);
+
+// max_i |a_i - b_i| / max(max_i |b_i|, tiny), over one row of logits.
+double relative_max_error(const float* a, const float* b, size_t n);
+
+}  // namespace kvx::test

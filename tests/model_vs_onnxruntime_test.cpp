@@ -1,0 +1,105 @@
+// Whole models against ONNX Runtime running the same ONNX file, and kvx against itself: cached decode
+// against full recompute, every block size against block size 16, batched against alone.
+#include <catch2/catch.hpp>
+
+#include "cpu/cpu_kernels.h"
+#include "engine/engine.h"
+#include "fixtures.h"
+#include "models/llama_host.h"
+
+using namespace kvx;
+using namespace kvx::test;
+
+namespace {
+
+// The kernel tables worth checking end to end: the oracle and every SIMD level this CPU runs.
+std::vector<const KernelTable*> kernel_tables() {
+    std::vector<const KernelTable*> tables = {&reference_kernels()};
+    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
+    return tables;
+}
+
+}  // namespace
+
+TEST_CASE("logits match ONNX Runtime at every position, prefill then decode", "[model][ort]") {
+    for (const Fixture& f : load_fixtures()) {
+        const Model model = load_model(f.model_dir);
+        REQUIRE(model.config.vocab_size == f.vocab);
+        for (const KernelTable* kernels : kernel_tables()) {
+            const std::vector<float> logits = run_prefill_then_decode(model, *kernels, f.tokens, f.n_prefill);
+            double worst = 0;
+            for (size_t pos = 0; pos < f.tokens.size(); ++pos) {
+                const size_t at = pos * static_cast<size_t>(f.vocab);
+                worst = std::max(worst, relative_max_error(&logits[at], &f.ref_logits[at], static_cast<size_t>(f.vocab)));
+            }
+            INFO(f.name << " with " << kernels->name << ": worst max|kvx - ort| / max|ort| = " << worst);
+            CHECK(worst <= 1e-4);
+        }
+    }
+}
+
+TEST_CASE("cached decode equals a full recompute at every step", "[model][cache]") {
+    const KernelTable& kernels = cpu::cpu_kernels(cpu::best_simd_level());
+    for (const Fixture& f : load_fixtures()) {
+        const Model model = load_model(f.model_dir);
+        const auto cached = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill);
+        Engine engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), EngineOptions{});
+        double worst = 0;
+        for (size_t end = static_cast<size_t>(f.n_prefill); end < f.tokens.size(); ++end) {
+            const SeqId fresh = engine.new_sequence();
+            const auto& recomputed = engine.forward({{fresh, std::span<const int32_t>(f.tokens).first(end + 1), false}});
+            const size_t at = end * static_cast<size_t>(f.vocab);
+            worst = std::max(worst, relative_max_error(&cached[at], recomputed.data(), static_cast<size_t>(f.vocab)));
+            engine.free_sequence(fresh);
+        }
+        INFO(f.name << ": worst relative difference " << worst);
+        CHECK(worst <= 1e-5);
+    }
+}
+
+TEST_CASE("every block size gives the logits of block size 16", "[model][cache]") {
+    const KernelTable& kernels = cpu::cpu_kernels(cpu::best_simd_level());
+    for (const std::string name : {"stories260K", "rand_hd80_gqa1_l1_v257_ext", "rand_hd24_gqa4_l3_v301_untied"}) {
+        const Fixture f = load_fixture(name);
+        const Model model = load_model(f.model_dir);
+        const auto base = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill, 16);
+        for (int32_t bs = 1; bs <= 256; bs *= 2) {
+            const auto other = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill, bs);
+            double worst = 0;
+            for (size_t pos = 0; pos < f.tokens.size(); ++pos) {
+                const size_t at = pos * static_cast<size_t>(f.vocab);
+                worst = std::max(worst, relative_max_error(&other[at], &base[at], static_cast<size_t>(f.vocab)));
+            }
+            INFO(name << " block size " << bs << ": worst relative difference " << worst);
+            CHECK(worst <= 1e-6);
+        }
+    }
+}
+
+TEST_CASE("sequences batched in one pass get the logits they get alone", "[model][batch]") {
+    const KernelTable& kernels = cpu::cpu_kernels(cpu::best_simd_level());
+    const Fixture f = load_fixture("stories260K");
+    const Model model = load_model(f.model_dir);
+    const auto alone = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill, 4);
+    const size_t vocab = static_cast<size_t>(f.vocab);
+    const std::span<const int32_t> tokens(f.tokens);
+
+    EngineOptions options;
+    options.block_size = 4;
+    options.num_blocks = 64;
+    Engine engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), options);
+    // Sequence a is a whole prefill ahead of b: each step decodes a and prefills a chunk of b together.
+    const SeqId a = engine.new_sequence(), b = engine.new_sequence();
+    const size_t n_prefill = static_cast<size_t>(f.n_prefill);
+    engine.forward({{a, tokens.first(n_prefill), false}});
+    for (size_t i = n_prefill; i < tokens.size(); ++i) {
+        const size_t b_from = engine.length(b), b_to = std::min(tokens.size(), b_from + 3);
+        std::vector<SequenceInput> step = {{a, tokens.subspan(i, 1), false}};
+        if (b_from < b_to) step.push_back({b, tokens.subspan(b_from, b_to - b_from), true});
+        const auto& logits = engine.forward(step);
+        CHECK(relative_max_error(&logits[0], &alone[i * vocab], vocab) <= 1e-5);
+        for (size_t j = b_from; j < b_to; ++j)
+            CHECK(relative_max_error(&logits[(1 + j - b_from) * vocab], &alone[j * vocab], vocab) <= 1e-5);
+        engine.cache().check_invariants();
+    }
+}

@@ -1,0 +1,74 @@
+// The llama2.c tokenizer on the real tok512.bin. Token-for-token agreement with an independent
+// implementation is checked by tests/cli/test_tokenizer_llama2c.py; these are its decoding rules and
+// round trips.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/error.h"
+#include "engine/tokenizer_llama2c.h"
+
+using namespace kvx;
+
+namespace {
+
+const std::string tok512 = std::string(KVX_SOURCE_DIR) + "/models/stories260K/tok512.bin";
+
+std::string decode_all(const Llama2cTokenizer& tok, const std::vector<int32_t>& ids) {
+    std::string text;
+    int32_t prev = -1;
+    for (int32_t id : ids) {
+        text += tok.decode(prev, id);
+        prev = id;
+    }
+    return text;
+}
+
+}  // namespace
+
+TEST_CASE("llama2.c tokenizer: BOS, dummy prefix and the space after BOS", "[tokenizer]") {
+    const Llama2cTokenizer tok(tok512, 512, 1);
+    CHECK(tok.encode("", true) == std::vector<int32_t>{1});
+    CHECK(tok.encode("", false).empty());
+    const auto ids = tok.encode("Once upon a time", true);
+    REQUIRE(ids.size() >= 2);
+    CHECK(ids[0] == 1);
+    CHECK(tok.piece(ids[1]).front() == ' ');  // SentencePiece's dummy prefix
+    CHECK(decode_all(tok, ids) == "Once upon a time");
+}
+
+TEST_CASE("llama2.c tokenizer: byte fallback for what the vocabulary lacks", "[tokenizer]") {
+    const Llama2cTokenizer tok(tok512, 512, 1);
+    const std::string text = "caf\xC3\xA9 \xF0\x9F\x98\x80 ~\t{x}";
+    const auto ids = tok.encode(text, true);
+    CHECK(decode_all(tok, ids) == text);
+    // Each byte of the emoji is its own <0xNN> piece.
+    int byte_pieces = 0;
+    for (int32_t id : ids) byte_pieces += tok.piece(id).rfind("<0x", 0) == 0;
+    CHECK(byte_pieces >= 4);
+    // Control bytes other than whitespace are never printed.
+    const auto with_control = tok.encode(std::string("a\x01" "b", 3), false);
+    CHECK(decode_all(tok, with_control) == " ab");
+}
+
+TEST_CASE("llama2.c tokenizer: round trips of varied text", "[tokenizer]") {
+    const Llama2cTokenizer tok(tok512, 512, 1);
+    for (const std::string text : {"Lily and Ben went to the park.", "  two  spaces", "line\nbreak\n\n", "123 + 456 = 579",
+                                   "\"Quotes,\" she said; 'don't!'", "UPPER lower MiXeD", "x"}) {
+        INFO(text);
+        CHECK(decode_all(tok, tok.encode(text, true)) == text);
+    }
+}
+
+TEST_CASE("llama2.c tokenizer: a file that does not fit is refused", "[tokenizer][errors]") {
+    CHECK_THROWS_WITH(Llama2cTokenizer(tok512, 513, 1), Catch::Contains("has 512 pieces but the model's vocabulary has 513"));
+    CHECK_THROWS_WITH(Llama2cTokenizer("/nonexistent/tok.bin", 512, 1), Catch::Contains("cannot open tokenizer"));
+    const std::string cut = (std::filesystem::temp_directory_path() / "kvx_cut_tok.bin").string();
+    {
+        std::ifstream in(tok512, std::ios::binary);
+        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::ofstream(cut, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 3));
+    }
+    CHECK_THROWS_WITH(Llama2cTokenizer(cut, 512, 1), Catch::Contains("truncated or corrupt"));
+    std::filesystem::remove(cut);
+}

@@ -1,0 +1,63 @@
+#include "backend_choice.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <omp.h>
+
+#include "cpu/cpu_kernels.h"
+#include "engine/error.h"
+#include "kernels/kernels.h"
+#include "models/llama_host.h"
+
+namespace kvx::cli {
+namespace {
+
+const KernelTable& kernels_for(const std::string& simd) {
+    if (simd == "reference") return reference_kernels();
+    if (simd == "auto") return cpu::cpu_kernels(cpu::best_simd_level());
+    for (cpu::SimdLevel level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable})
+        if (simd == cpu::simd_level_name(level)) return cpu::cpu_kernels(level);
+    throw Error("unknown --simd '" + simd + "' (use auto, avx512, avx2, portable or reference)");
+}
+
+}  // namespace
+
+void add_run_options(CLI::App& command, RunOptions& o) {
+    command.add_option("-m,--model", o.model_dir, "Model directory written by 'kvx convert' (default: the built-in stories260K)");
+    command.add_option("-t,--threads", o.threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
+    command.add_option("-c,--context", o.context, "Most tokens the sequence may hold (default: the model's maximum)")
+        ->check(CLI::NonNegativeNumber);
+    command.add_option("--block-size", o.block_size, "Tokens per KV cache block: a power of two from 1 to 256")
+        ->capture_default_str();
+    command.add_option("--simd", o.simd,
+                       "CPU kernels: auto, avx512, avx2, portable, or reference (the plain fp32 oracle); "
+                       "the KVX_SIMD environment variable sets the default")
+        ->capture_default_str();
+}
+
+LoadedModel load_for_run(const RunOptions& options) {
+    std::string simd = options.simd;
+    if (simd == "auto")
+        if (const char* env = std::getenv("KVX_SIMD"); env && *env) simd = env;
+    const KernelTable& kernels = kernels_for(simd);
+    if (options.threads > 0) omp_set_num_threads(options.threads);
+
+    std::string dir = options.model_dir;
+    if (dir.empty()) {
+        const char* env = std::getenv("KVX_MODEL");
+        dir = env && *env ? env : KVX_DEFAULT_MODEL_DIR;
+        if (!std::filesystem::exists(dir + "/config.json"))
+            throw Error("the built-in model is missing from '" + dir +
+                        "' (it is built when Python with onnx is available, see README): pass -m MODEL_DIR");
+    }
+    LoadedModel loaded;
+    loaded.model = std::make_unique<Model>(load_model(dir));
+    EngineOptions engine_options;
+    engine_options.context = options.context;
+    engine_options.block_size = options.block_size;
+    loaded.engine = std::make_unique<Engine>(loaded.model->config,
+                                             std::make_unique<LlamaHostBackend>(*loaded.model, kernels), engine_options);
+    return loaded;
+}
+
+}  // namespace kvx::cli

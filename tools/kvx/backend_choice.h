@@ -1,0 +1,34 @@
+// Flags shared by the commands that run a model, and the construction of model + backend + engine they
+// describe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+
+namespace kvx::cli {
+
+struct RunOptions {
+    std::string model_dir;          // empty = the default model built with kvx
+    std::string simd = "auto";      // auto | avx512 | avx2 | portable | reference
+    int threads = 0;                // 0 = every core
+    int context = 0;                // 0 = the model's max_seq_len
+    int block_size = 16;
+};
+
+void add_run_options(CLI::App& command, RunOptions& options);
+
+// A loaded model and an engine over it. The engine's backend points into the model, so they live together.
+struct LoadedModel {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Engine> engine;
+};
+
+// Throws kvx::Error for every bad choice (unknown --simd, a level the CPU lacks, a missing model, ...).
+LoadedModel load_for_run(const RunOptions& options);
+
+}  // namespace kvx::cli

@@ -1,0 +1,65 @@
+// kvx convert: ONNX file -> kvx model directory. The converter is a Python program (tools/convert/), as in
+// llama.cpp and calm, since reading ONNX graphs is what the onnx package is for; this command runs it.
+#include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "engine/error.h"
+
+namespace kvx::cli {
+namespace {
+
+struct ConvertOptions {
+    std::string onnx_path;
+    std::string output_dir;
+    std::string tokenizer;
+    int max_seq_len = 0;
+};
+
+std::string env_or(const char* name, const char* fallback) {
+    const char* value = std::getenv(name);
+    return value && *value ? value : fallback;
+}
+
+int run_convert(const ConvertOptions& o) {
+    const std::string python = env_or("KVX_PYTHON", KVX_PYTHON[0] ? KVX_PYTHON : "python3");
+    const std::string script = env_or("KVX_CONVERTER", KVX_CONVERTER_SCRIPT);
+    std::vector<std::string> args = {python, script, o.onnx_path, "-o", o.output_dir};
+    if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+    if (o.max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(o.max_seq_len)});
+
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) throw Error("cannot start the converter");
+    if (pid == 0) {
+        execvp(argv[0], argv.data());
+        std::fprintf(stderr, "kvx convert: cannot run '%s' (set KVX_PYTHON to a Python with onnx installed)\n", argv[0]);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) throw Error("lost the converter process");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app) {
+    auto o = std::make_shared<ConvertOptions>();
+    CLI::App* cmd = app.add_subcommand("convert", "Convert an ONNX model into a kvx model directory");
+    cmd->add_option("model", o->onnx_path, "ONNX file (external data beside it is found)")->required();
+    cmd->add_option("-o,--output", o->output_dir, "Model directory to write")->required();
+    cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer file to bundle (llama2.c tokenizer.bin)");
+    cmd->add_option("--max-seq-len", o->max_seq_len,
+                    "Context length of the model, when the ONNX file's metadata does not give it")
+        ->check(CLI::PositiveNumber);
+    cmd->callback([o] {
+        const int code = run_convert(*o);
+        if (code != 0) std::exit(code);  // the converter has already said what went wrong
+    });
+}
+
+}  // namespace kvx::cli

@@ -1,0 +1,35 @@
+// kvx: the command-line front end. Every failure ends in one line on stderr and a non-zero exit.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"kvx: a transformer inference engine over a paged KV cache"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "kvx 0.1.0");
+    kvx::cli::add_generate_command(app);
+    kvx::cli::add_logits_command(app);
+    kvx::cli::add_convert_command(app);
+    kvx::cli::add_tokenize_command(app);
+    const auto is_command = [&](const char* name) {
+        for (const CLI::App* command : app.get_subcommands({}))
+            if (command->get_name() == name) return true;
+        return false;
+    };
+    if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
+        std::fprintf(stderr, "kvx: unknown command '%s' (commands: generate, logits, tokenize, convert; see --help)\n",
+                     argv[1]);
+        return 2;
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "kvx: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
