@@ -1,0 +1,85 @@
+"""Paths and helpers shared by the Python tests: running the tools as their users do (subprocesses
+with command lines) and building ONNX files to convert."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+REPO = Path(os.environ.get("KVX_SOURCE_DIR") or Path(__file__).resolve().parents[2])
+TOOLS = REPO / "tools"
+STORIES_CHECKPOINT = REPO / "models" / "stories260K" / "stories260K.bin"
+STORIES_TOKENIZER = REPO / "models" / "stories260K" / "tok512.bin"
+
+# The tools' modules, importable by the tests (they are scripts' folders, not packages).
+sys.path[:0] = [str(TOOLS / "export"), str(TOOLS / "convert"), str(TOOLS / "fixtures"),
+                str(Path(__file__).resolve().parent)]
+
+
+def run_tool(script, *args):
+    """Runs tools/SCRIPT with args; returns the CompletedProcess (text output captured)."""
+    return subprocess.run([sys.executable, str(TOOLS / script), *map(str, args)],
+                          capture_output=True, text=True, check=False)
+
+
+def run_ok(testcase, script, *args):
+    result = run_tool(script, *args)
+    testcase.assertEqual(result.returncode, 0, f"{script} failed:\n{result.stderr}")
+    return result
+
+
+def export_stories(onnx_path, *extra):
+    result = run_tool("export/export_llama2c.py", STORIES_CHECKPOINT, "-o", onnx_path, *extra)
+    assert result.returncode == 0, result.stderr
+    return onnx_path
+
+
+def export_random(onnx_path, *, dim, hidden, layers, heads, kv_heads, head_dim, vocab, seed=0, extra=()):
+    result = run_tool("export/export_random_llama.py", "--dim", dim, "--hidden", hidden, "--layers", layers,
+                      "--heads", heads, "--kv-heads", kv_heads, "--head-dim", head_dim, "--vocab", vocab,
+                      "--seed", seed, "-o", onnx_path, *extra)
+    assert result.returncode == 0, result.stderr
+    return onnx_path
+
+
+def convert(onnx_path, out_dir, *extra):
+    """Runs the converter CLI; returns the CompletedProcess."""
+    return run_tool("convert/kvx_convert.py", onnx_path, "-o", out_dir, *extra)
+
+
+def assert_one_line_failure(testcase, result, *fragments):
+    """The converter's contract for bad input: exit 1, one line on stderr, no traceback."""
+    testcase.assertEqual(result.returncode, 1, f"stdout: {result.stdout}\nstderr: {result.stderr}")
+    lines = result.stderr.strip().splitlines()
+    testcase.assertEqual(len(lines), 1, f"expected one line on stderr, got:\n{result.stderr}")
+    testcase.assertNotIn("Traceback", result.stderr)
+    testcase.assertTrue(lines[0].startswith("kvx convert: "), lines[0])
+    for fragment in fragments:
+        testcase.assertIn(fragment, lines[0])
+    return lines[0]
+
+
+def rename_initializers(model, new_name_of):
+    """Renames initializers (and every node input that reads them) by the dict new_name_of."""
+    for tensor in model.graph.initializer:
+        tensor.name = new_name_of.get(tensor.name, tensor.name)
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name in new_name_of:
+                node.input[k] = new_name_of[name]
+
+
+def give_initializers_lying_names(model, seed=0):
+    """Gives every initializer another initializer's name (a random cycle, so none keeps its own) and
+    shuffles their order: a converter that trusts names or order then picks wrong tensors."""
+    names = [t.name for t in model.graph.initializer]
+    order = np.random.default_rng(seed).permutation(len(names))
+    rename_initializers(model, {names[a]: names[b] for a, b in zip(order, np.roll(order, 1))})
+    tensors = [onnx.TensorProto() for _ in names]
+    for copy, k in zip(tensors, np.random.default_rng(seed + 1).permutation(len(names))):
+        copy.CopyFrom(model.graph.initializer[int(k)])
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(tensors)

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""What the converter refuses: each case exits 1 with one line on stderr that says what is wrong,
+names the node where there is one, and writes nothing."""
+
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_test_support import (STORIES_CHECKPOINT, STORIES_TOKENIZER, assert_one_line_failure, convert,
+                              export_stories, run_ok)
+
+
+def node_named(model, name):
+    return next(n for n in model.graph.node if n.name == name)
+
+
+def replace_float_constant(model, scope, old, new):
+    """Gives the one Constant node in scope whose value is the float old the value new."""
+    nodes = [n for n in model.graph.node if n.op_type == "Constant" and n.name.startswith(scope)
+             and np.isclose(numpy_helper.to_array(n.attribute[0].t), np.float32(old)).all()]
+    assert len(nodes) == 1, [n.name for n in nodes]
+    nodes[0].attribute[0].t.CopyFrom(numpy_helper.from_array(np.asarray(new, dtype=np.float32)))
+
+
+class ConverterRefusals(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.tmp = Path(cls._tmp.name)
+        cls.stories = export_stories(cls.tmp / "stories260K.onnx")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+
+    def _variant(self, name, edit):
+        """stories260K with edit(model) applied, saved as NAME.onnx."""
+        model = onnx.load(str(self.stories))
+        edit(model)
+        path = self.tmp / f"{name}.onnx"
+        onnx.save(model, str(path))
+        return path
+
+    def _refused(self, onnx_path, *fragments, extra=()):
+        out_dir = self.tmp / f"out_{Path(onnx_path).stem}"
+        line = assert_one_line_failure(self, convert(onnx_path, out_dir, *extra), *fragments)
+        self.assertFalse(out_dir.exists(), "nothing may be written on failure")
+        return line
+
+    def test_unsupported_standard_op(self):
+        def insert_erf(model):
+            sigmoid = node_named(model, "/model/layers.1/mlp/act_fn/Sigmoid")
+            erf = helper.make_node("Erf", [sigmoid.input[0]], ["erf_out"],
+                                   name="/model/layers.1/mlp/act_fn/Erf")
+            sigmoid.input[0] = "erf_out"
+            model.graph.node.insert(list(model.graph.node).index(sigmoid), erf)
+        self._refused(self._variant("erf", insert_erf),
+                      "unsupported operator 'Erf' at node '/model/layers.1/mlp/act_fn/Erf' (op type Erf)")
+
+    def test_unsupported_contrib_op(self):
+        def fuse_silu(model):
+            sigmoid = node_named(model, "/model/layers.2/mlp/act_fn/Sigmoid")
+            sigmoid.op_type, sigmoid.domain = "QuickGelu", "com.microsoft"
+            sigmoid.name = "/model/layers.2/mlp/QuickGelu"
+            model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        self._refused(self._variant("contrib", fuse_silu), "unsupported operator 'QuickGelu'",
+                      "'/model/layers.2/mlp/QuickGelu'", "op type QuickGelu", "com.microsoft")
+
+    def test_interleaved_rope_is_not_mapped(self):
+        def slice_every_other(model):
+            first_half = node_named(model, "/model/layers.0/self_attn/Slice")  # x[..., :hd/2] of Q
+            steps = helper.make_tensor("interleave_step", onnx.TensorProto.INT64, [1], [2])
+            model.graph.initializer.append(steps)
+            first_half.input.append("interleave_step")
+        self._refused(self._variant("interleaved", slice_every_other),
+                      "cannot map node '/model/layers.0/self_attn/Slice", "rope_style 'half'")
+
+    def test_attention_scale_must_be_inverse_sqrt_head_dim(self):
+        def unit_scale(model):
+            replace_float_constant(model, "/model/layers.3/self_attn/", 1 / np.sqrt(8), 1.0)
+        self._refused(self._variant("unit_scale", unit_scale), "/model/layers.3/self_attn/MatMul",
+                      "1/sqrt(head_dim)")
+
+    def test_missing_file(self):
+        self._refused(self.tmp / "no_such.onnx", "no_such.onnx: no such file")
+
+    def test_not_an_onnx_file(self):
+        self._refused(STORIES_CHECKPOINT, "stories260K.bin: not an ONNX model")
+
+    def test_truncated_onnx_file(self):
+        truncated = self.tmp / "truncated.onnx"
+        truncated.write_bytes(self.stories.read_bytes()[:600_000])
+        self._refused(truncated, "truncated.onnx: not an ONNX model, or a truncated one")
+
+    def test_tokenizer_size_must_match_vocab(self):
+        data = STORIES_TOKENIZER.read_bytes()
+        # Drop the last entry: walk the entries (score, length, bytes) to find where it starts.
+        offset, starts = 4, []
+        while offset < len(data):
+            starts.append(offset)
+            offset += 8 + int(np.frombuffer(data, "<i4", 1, offset + 4)[0])
+        short = self.tmp / "tok511.bin"
+        short.write_bytes(data[:starts[-1]])
+        self._refused(self.stories, "has 511 tokens but the model's vocab_size is 512",
+                      extra=["--tokenizer", short])
+
+    def test_missing_tokenizer_file(self):
+        self._refused(self.stories, "no_tok.bin", extra=["--tokenizer", self.tmp / "no_tok.bin"])
+
+    def test_max_seq_len_is_required(self):
+        no_metadata = self._variant("no_metadata", lambda model: model.ClearField("metadata_props"))
+        self._refused(no_metadata, "max_position_embeddings", "--max-seq-len")
+        out_dir = self.tmp / "given_length"
+        run_ok(self, "convert/kvx_convert.py", no_metadata, "-o", out_dir, "--max-seq-len", 100)
+        self.assertIn('"max_seq_len": 100', (out_dir / "config.json").read_text())
+
+
+if __name__ == "__main__":
+    unittest.main()

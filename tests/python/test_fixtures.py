@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The fixture generator and the ONNX Runtime reference script, as other tests use them."""
+
+import json
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_test_support import run_ok
+from make_fixtures import FIXTURE_NAMES, N_DECODE, N_PREFILL, RANDOM_FIXTURES
+from ort_reference import reference_logits
+
+
+class Fixtures(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.out = Path(cls._tmp.name)
+        cls.names = ["stories260K", "rand_hd80_gqa1_l1_v257_ext"]
+        run_ok(unittest.TestCase(), "fixtures/make_fixtures.py", "--out", cls.out, "--only", *cls.names)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+
+    def test_layout(self):
+        for name in self.names:
+            with self.subTest(name):
+                d = self.out / name
+                meta = json.loads((d / "meta.json").read_text())
+                self.assertEqual((meta["n_prefill"], meta["n_decode"]), (N_PREFILL, N_DECODE))
+                self.assertEqual(meta["config"], json.loads((d / "model" / "config.json").read_text()))
+                tokens, logits = np.load(d / "tokens.npy"), np.load(d / "ref_logits.npy")
+                vocab = meta["config"]["vocab_size"]
+                self.assertEqual((tokens.dtype, tokens.shape), (np.int64, (N_PREFILL + N_DECODE,)))
+                self.assertEqual((logits.dtype, logits.shape), (np.float32, (N_PREFILL + N_DECODE, vocab)))
+                self.assertTrue(((tokens >= 0) & (tokens < vocab)).all())
+                self.assertTrue(np.isfinite(logits).all())
+                self.assertTrue((d / "model" / "model.safetensors").is_file())
+        self.assertEqual(np.load(self.out / "stories260K" / "tokens.npy")[0], 1)  # BOS
+        self.assertTrue((self.out / "stories260K" / "model" / "tokenizer.bin").is_file())
+        self.assertTrue((self.out / "rand_hd80_gqa1_l1_v257_ext" / "model.onnx.data").is_file())
+
+    def test_reference_cli_reproduces_ref_logits(self):
+        d = self.out / "stories260K"
+        tokens = np.load(d / "tokens.npy")[:40]
+        out = self.out / "cli_logits.npy"
+        run_ok(self, "fixtures/ort_reference.py", d / "model.onnx", "--tokens", ",".join(map(str, tokens)),
+               "--n-prefill", N_PREFILL, "-o", out)
+        np.testing.assert_array_equal(np.load(out), np.load(d / "ref_logits.npy")[:40])
+
+    def test_prefill_split_does_not_change_logits(self):
+        d = self.out / "rand_hd80_gqa1_l1_v257_ext"
+        tokens = np.load(d / "tokens.npy")
+        np.testing.assert_allclose(reference_logits(d / "model.onnx", tokens, len(tokens)),
+                                   np.load(d / "ref_logits.npy"), atol=1e-5, rtol=0)
+
+    def test_the_set_covers_the_awkward_cases(self):
+        stories = dict(head_dim=8, heads=8, kv_heads=4, vocab=512, layers=5)
+        recipes = [stories, *RANDOM_FIXTURES.values()]
+        self.assertEqual(FIXTURE_NAMES, ["stories260K", *RANDOM_FIXTURES])
+        self.assertLessEqual({8, 24, 80}, {r["head_dim"] for r in recipes})
+        self.assertLessEqual({1, 2, 4, 8}, {r["heads"] // r["kv_heads"] for r in recipes})
+        self.assertGreaterEqual(sum(r["vocab"] % 8 != 0 for r in recipes), 3)
+        self.assertLessEqual({1, 12}, {r["layers"] for r in recipes})
+        self.assertTrue(any(r.get("untied") for r in recipes))
+        self.assertTrue(any(r.get("external_data") for r in recipes))
+
+
+if __name__ == "__main__":
+    unittest.main()

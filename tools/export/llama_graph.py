@@ -1,0 +1,210 @@
+"""Builds the ONNX graph of a Llama decoder the way torch.onnx.export writes HF's LlamaForCausalLM.
+
+Only default-domain operators. The interface is the one HF/optimum exports use:
+  inputs   input_ids                  int64 [batch_size, sequence_length]
+           attention_mask             int64 [batch_size, total_sequence_length]  (1 = real token)
+           position_ids               int64 [batch_size, sequence_length]
+           past_key_values.{i}.key    f32   [batch_size, n_kv_heads, past_sequence_length, head_dim]
+           past_key_values.{i}.value  f32   same
+  outputs  logits                     f32   [batch_size, sequence_length, vocab_size]
+           present.{i}.key / .value   f32   [batch_size, n_kv_heads, total_sequence_length, head_dim]
+where total_sequence_length = past_sequence_length + sequence_length. Keys are cached after RoPE.
+
+config: dict with dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len,
+norm_eps, rope_theta.
+weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear weights [out, in]
+(PyTorch's layout), Q and K rows already in rotate-half order within each head:
+  tok_embeddings [vocab, dim]; final_norm [dim]; classifier [vocab, dim] only when untied;
+  layers.{i}.attn_norm / ffn_norm [dim]; wq [n_heads*head_dim, dim]; wk, wv [n_kv_heads*head_dim, dim];
+  wo [dim, n_heads*head_dim]; w_gate, w_up [hidden_dim, dim]; w_down [dim, hidden_dim].
+"""
+
+import numpy as np
+
+from onnx_graph_builder import BOOL, FLOAT, INT64, OnnxGraphBuilder
+
+OPSET = 17
+IR_VERSION = 8  # the IR of opset 17; keeps the files loadable by older ONNX Runtime builds
+INT64_MAX = np.iinfo(np.int64).max
+MASKED_SCORE = np.finfo(np.float32).min  # what HF adds to masked scores; finite, so no NaN from -inf - -inf
+
+
+def rope_inv_freq(head_dim, theta):
+    """[head_dim / 2] fp32: 1 / theta^(2j / head_dim), the frequency of rotary pair j."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+    return (1.0 / theta**exponents).astype(np.float32)
+
+
+def build_llama_graph(config, weights):
+    return _LlamaGraph(config, weights).build()
+
+
+class _LlamaGraph:
+    def __init__(self, config, weights):
+        self.c = config
+        self.w = weights
+        self.g = OnnxGraphBuilder()
+
+    # -- small pieces ---------------------------------------------------------------------------
+
+    def _linear(self, x, weight_key, scope):
+        """x @ W^T with W stored as an [in, out] initializer, as torch exports nn.Linear without bias."""
+        w_in_out = self.g.add_initializer(f"{scope[1:].replace('/', '.')}.weight_in_out",
+                                          self.w[weight_key].T)
+        return self.g.op("MatMul", [x, w_in_out], scope)
+
+    def _rms_norm(self, x, weight_key, weight_name, scope):
+        g = self.g
+        weight = g.add_initializer(weight_name, self.w[weight_key])
+        squared = g.op("Pow", [x, g.const(2.0, scope, np.float32)], scope)
+        mean_square = g.op("ReduceMean", [squared], scope, axes=[-1], keepdims=1)
+        variance_eps = g.op("Add", [mean_square, g.const(self.c["norm_eps"], scope, np.float32)], scope)
+        inv_rms = g.op("Reciprocal", [g.op("Sqrt", [variance_eps], scope)], scope)
+        return g.op("Mul", [weight, g.op("Mul", [x, inv_rms], scope)], scope)
+
+    def _batch_seq_shape(self, x, tail_dims, scope):
+        """Reshape target [batch, seq, *tail_dims] with batch and seq read from x at run time, the
+        Concat(Unsqueeze(Gather(Shape))) chain that torch emits for `view(*input_shape, ...)`."""
+        g = self.g
+        shape = g.op("Shape", [x], scope)
+        dims = []
+        for axis in (0, 1):
+            dim = g.op("Gather", [shape, g.const(axis, scope)], scope, axis=0)
+            dims.append(g.op("Unsqueeze", [dim, g.const([0], scope)], scope))
+        return g.op("Concat", dims + [g.const(list(tail_dims), scope)], scope, axis=0)
+
+    def _split_heads(self, x, n_heads, scope):
+        """[b, s, n_heads*head_dim] -> [b, n_heads, s, head_dim]."""
+        shape = self._batch_seq_shape(x, [n_heads, self.c["head_dim"]], scope)
+        per_head = self.g.op("Reshape", [x, shape], scope)
+        return self.g.op("Transpose", [per_head], scope, perm=[0, 2, 1, 3])
+
+    def _rotate_half(self, x, scope):
+        """[.., head_dim] -> concat(-x[.., half:], x[.., :half])."""
+        g = self.g
+        half = self.c["head_dim"] // 2
+        axis = g.const([3], scope)
+        first = g.op("Slice", [x, g.const([0], scope), g.const([half], scope), axis], scope)
+        second = g.op("Slice", [x, g.const([half], scope), g.const([INT64_MAX], scope), axis], scope)
+        return g.op("Concat", [g.op("Neg", [second], scope), first], scope, axis=-1)
+
+    def _apply_rope(self, x, cos, sin, scope):
+        """x [b, heads, s, head_dim]; cos, sin [b, s, head_dim], broadcast over heads."""
+        g = self.g
+        cos_b = g.op("Unsqueeze", [cos, g.const([1], scope)], scope)
+        sin_b = g.op("Unsqueeze", [sin, g.const([1], scope)], scope)
+        return g.op("Add", [g.op("Mul", [x, cos_b], scope),
+                            g.op("Mul", [self._rotate_half(x, scope), sin_b], scope)], scope)
+
+    def _repeat_kv(self, x, scope):
+        """[b, n_kv_heads, t, head_dim] -> [b, n_heads, t, head_dim]: each KV head serves
+        n_heads / n_kv_heads consecutive query heads."""
+        c, g = self.c, self.g
+        n_rep = c["n_heads"] // c["n_kv_heads"]
+        if n_rep == 1:
+            return x
+        with_rep_axis = g.op("Unsqueeze", [x, g.const([2], scope)], scope)
+        repeated = g.op("Expand", [with_rep_axis, g.const([1, 1, n_rep, 1, 1], scope)], scope)
+        return g.op("Reshape", [repeated, g.const([0, c["n_heads"], -1, c["head_dim"]], scope)], scope)
+
+    # -- model-level subgraphs ------------------------------------------------------------------
+
+    def _rotary_cos_sin(self, position_ids):
+        """cos, sin [b, s, head_dim] from position_ids, HF's LlamaRotaryEmbedding.forward."""
+        g, scope = self.g, "/model/rotary_emb"
+        inv_freq = g.add_initializer("model.rotary_emb.inv_freq",
+                                     rope_inv_freq(self.c["head_dim"], self.c["rope_theta"]))
+        inv_freq_col = g.op("Unsqueeze", [inv_freq, g.const([0, 2], scope)], scope)  # [1, hd/2, 1]
+        positions = g.op("Cast", [position_ids], scope, to=FLOAT)
+        positions_row = g.op("Unsqueeze", [positions, g.const([1], scope)], scope)  # [b, 1, s]
+        freqs_t = g.op("MatMul", [inv_freq_col, positions_row], scope)  # [b, hd/2, s]
+        freqs = g.op("Transpose", [freqs_t], scope, perm=[0, 2, 1])  # [b, s, hd/2]
+        angles = g.op("Concat", [freqs, freqs], scope, axis=-1)  # [b, s, hd]: pair j is (j, j + hd/2)
+        return g.op("Cos", [angles], scope), g.op("Sin", [angles], scope)
+
+    def _attention_bias(self, input_ids, attention_mask):
+        """[b, 1, s, t] fp32: 0 where query i (absolute position past + i) may see key j, that is
+        j <= past + i and attention_mask[b, j] == 1; MASKED_SCORE elsewhere."""
+        g, scope = self.g, "/model/attention_mask"
+        seq_len = g.op("Gather", [g.op("Shape", [input_ids], scope), g.const(1, scope)], scope, axis=0)
+        total_len = g.op("Gather", [g.op("Shape", [attention_mask], scope), g.const(1, scope)], scope, axis=0)
+        past_len = g.op("Sub", [total_len, seq_len], scope)
+        one = g.const(1, scope)
+        query_pos = g.op("Range", [past_len, total_len, one], scope)  # [s]
+        key_pos = g.op("Range", [g.const(0, scope), total_len, one], scope)  # [t]
+        causal = g.op("LessOrEqual", [g.op("Unsqueeze", [key_pos, g.const([0], scope)], scope),
+                                      g.op("Unsqueeze", [query_pos, g.const([1], scope)], scope)], scope)
+        key_present = g.op("Unsqueeze", [g.op("Cast", [attention_mask], scope, to=BOOL),
+                                         g.const([1, 2], scope)], scope)  # [b, 1, 1, t]
+        allowed = g.op("And", [causal, key_present], scope)  # [b, 1, s, t]
+        return g.op("Where", [allowed, g.const(0.0, scope, np.float32),
+                              g.const(MASKED_SCORE, scope, np.float32)], scope)
+
+    def _attention(self, i, x, cos, sin, bias):
+        c, g = self.c, self.g
+        scope = f"/model/layers.{i}/self_attn"
+        q = self._split_heads(self._linear(x, f"layers.{i}.wq", f"{scope}/q_proj"), c["n_heads"], scope)
+        k = self._split_heads(self._linear(x, f"layers.{i}.wk", f"{scope}/k_proj"), c["n_kv_heads"], scope)
+        v = self._split_heads(self._linear(x, f"layers.{i}.wv", f"{scope}/v_proj"), c["n_kv_heads"], scope)
+        q = self._apply_rope(q, cos, sin, scope)
+        k = self._apply_rope(k, cos, sin, scope)
+        # [b, n_kv_heads, t, head_dim]: the cache, returned to the caller as present.*
+        k_all = g.op("Concat", [f"past_key_values.{i}.key", k], scope,
+                     outputs=[f"present.{i}.key"], axis=2)
+        v_all = g.op("Concat", [f"past_key_values.{i}.value", v], scope,
+                     outputs=[f"present.{i}.value"], axis=2)
+        k_t = g.op("Transpose", [self._repeat_kv(k_all, scope)], scope, perm=[0, 1, 3, 2])
+        scores = g.op("MatMul", [q, k_t], scope)  # [b, n_heads, s, t]
+        scaled = g.op("Mul", [scores, g.const(1.0 / np.sqrt(c["head_dim"]), scope, np.float32)], scope)
+        probs = g.op("Softmax", [g.op("Add", [scaled, bias], scope)], scope, axis=-1)
+        context = g.op("MatMul", [probs, self._repeat_kv(v_all, scope)], scope)  # [b, n_heads, s, hd]
+        context = g.op("Transpose", [context], scope, perm=[0, 2, 1, 3])
+        context = g.op("Reshape", [context, self._batch_seq_shape(
+            context, [c["n_heads"] * c["head_dim"]], scope)], scope)
+        return self._linear(context, f"layers.{i}.wo", f"{scope}/o_proj")
+
+    def _mlp(self, i, x):
+        g, scope = self.g, f"/model/layers.{i}/mlp"
+        gate = self._linear(x, f"layers.{i}.w_gate", f"{scope}/gate_proj")
+        silu = g.op("Mul", [gate, g.op("Sigmoid", [gate], f"{scope}/act_fn")], f"{scope}/act_fn")
+        up = self._linear(x, f"layers.{i}.w_up", f"{scope}/up_proj")
+        return self._linear(g.op("Mul", [silu, up], scope), f"layers.{i}.w_down", f"{scope}/down_proj")
+
+    def _lm_head_weight(self):
+        """[dim, vocab]. Tied: a Transpose of the embedding, so the data is stored once."""
+        if "classifier" in self.w:
+            return self.g.add_initializer("lm_head.weight_in_out", self.w["classifier"].T)
+        return self.g.op("Transpose", ["model.embed_tokens.weight"], "/lm_head", perm=[1, 0])
+
+    def _declare_interface(self):
+        c, g = self.c, self.g
+        kv_shape = ["batch_size", c["n_kv_heads"], "past_sequence_length", c["head_dim"]]
+        present_shape = ["batch_size", c["n_kv_heads"], "total_sequence_length", c["head_dim"]]
+        g.add_input("input_ids", INT64, ["batch_size", "sequence_length"])
+        g.add_input("attention_mask", INT64, ["batch_size", "total_sequence_length"])
+        g.add_input("position_ids", INT64, ["batch_size", "sequence_length"])
+        g.add_output("logits", FLOAT, ["batch_size", "sequence_length", c["vocab_size"]])
+        for i in range(c["n_layers"]):
+            for kind in ("key", "value"):
+                g.add_input(f"past_key_values.{i}.{kind}", FLOAT, kv_shape)
+                g.add_output(f"present.{i}.{kind}", FLOAT, present_shape)
+
+    def build(self):
+        c, g = self.c, self.g
+        self._declare_interface()
+        embedding = g.add_initializer("model.embed_tokens.weight", self.w["tok_embeddings"])
+        hidden = g.op("Gather", [embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
+        cos, sin = self._rotary_cos_sin("position_ids")
+        bias = self._attention_bias("input_ids", "attention_mask")
+        for i in range(c["n_layers"]):
+            layer = f"/model/layers.{i}"
+            normed = self._rms_norm(hidden, f"layers.{i}.attn_norm",
+                                    f"model.layers.{i}.input_layernorm.weight", f"{layer}/input_layernorm")
+            hidden = g.op("Add", [hidden, self._attention(i, normed, cos, sin, bias)], layer)
+            normed = self._rms_norm(hidden, f"layers.{i}.ffn_norm",
+                                    f"model.layers.{i}.post_attention_layernorm.weight",
+                                    f"{layer}/post_attention_layernorm")
+            hidden = g.op("Add", [hidden, self._mlp(i, normed)], layer)
+        normed = self._rms_norm(hidden, "final_norm", "model.norm.weight", "/model/norm")
+        g.op("MatMul", [normed, self._lm_head_weight()], "/lm_head", outputs=["logits"])
+        return g.build("main_graph", OPSET, IR_VERSION, {"max_position_embeddings": c["max_seq_len"]})

@@ -1,0 +1,74 @@
+"""A thin layer over onnx.helper for writing graphs node by node.
+
+Node and tensor names follow torch.onnx.export's scheme ("/model/layers.0/self_attn/MatMul",
+".../MatMul_output_0") so that exported graphs read like the ones the converter meets in the wild.
+"""
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+
+class OnnxGraphBuilder:
+    def __init__(self):
+        self.nodes = []
+        self.initializers = []
+        self.inputs = []
+        self.outputs = []
+        self._used_names = set()
+
+    def _unique(self, name):
+        candidate, n = name, 0
+        while candidate in self._used_names:
+            n += 1
+            candidate = f"{name}_{n}"
+        self._used_names.add(candidate)
+        return candidate
+
+    def add_input(self, name, elem_type, shape):
+        """shape: ints for fixed dims, strings for symbolic ones."""
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+        self._used_names.add(name)
+        return name
+
+    def add_output(self, name, elem_type, shape):
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+
+    def add_initializer(self, name, array):
+        name = self._unique(name)
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def op(self, op_type, inputs, scope, outputs=None, **attrs):
+        """Appends one node; returns its output name (or the list of names for several outputs).
+
+        scope: torch-style module path, e.g. "/model/layers.0/self_attn". outputs: explicit output
+        names (graph outputs); by default one output named after the node.
+        """
+        node_name = self._unique(f"{scope}/{op_type}")
+        if outputs is None:
+            outputs = [f"{node_name}_output_0"]
+        for out in outputs:
+            self._used_names.add(out)
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs), name=node_name, **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def const(self, value, scope, dtype=np.int64):
+        """A Constant node, as torch.onnx.export emits for literals in the forward pass."""
+        array = np.asarray(value, dtype=dtype)
+        return self.op("Constant", [], scope, value=numpy_helper.from_array(array))
+
+    def build(self, graph_name, opset, ir_version, metadata):
+        graph = helper.make_graph(self.nodes, graph_name, self.inputs, self.outputs, self.initializers)
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", opset)],
+            producer_name="kvx-export",
+        )
+        model.ir_version = ir_version
+        helper.set_model_props(model, {k: str(v) for k, v in metadata.items()})
+        return model
+
+
+FLOAT = TensorProto.FLOAT
+INT64 = TensorProto.INT64
+BOOL = TensorProto.BOOL
