@@ -80,7 +80,8 @@ struct KernelTable {
     void (*add)(float* x, const float* y, int64_t n);
 };
 
-// The plain fp32 implementation: simple loops and Eigen, never optimised, kept forever as the oracle.
+// The plain fp32 implementation: simple loops accumulating in double, never optimised, kept forever as
+// the oracle.
 const KernelTable& reference_kernels();
 
 }  // namespace kvx

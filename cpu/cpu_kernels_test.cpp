@@ -1,0 +1,585 @@
+// The CPU kernels against the reference kernels, on every SIMD level this machine runs.
+//
+// Shapes are chosen to be awkward: lengths that are not multiples of any vector width, ragged register
+// tiles, every block size from 1 to 256, GQA, shuffled block tables, batches mixing a prefill chunk with
+// decode rows of other sequences. Outputs are poisoned with NaN before each call, so a kernel that leaves
+// part of its output unwritten fails.
+#define CATCH_CONFIG_MAIN
+// GCC 12 with -fsanitize=address at -O2 and up reports false -Wmaybe-uninitialized warnings inside
+// <regex>, which catch.hpp includes.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <catch2/catch.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using kvx::KernelTable;
+using kvx::PagedAttentionArgs;
+using kvx::cpu::SimdLevel;
+
+const KernelTable& reference = kvx::reference_kernels();
+
+constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512};
+
+bool machine_runs(SimdLevel level) {
+    const std::vector<SimdLevel> supported = kvx::cpu::supported_simd_levels();
+    return std::find(supported.begin(), supported.end(), level) != supported.end();
+}
+
+// Calls check(kernels) for every SIMD level this machine runs. A level it cannot run is reported as skipped
+// and must refuse to hand out its kernels.
+template <class Check>
+void for_each_level(Check check) {
+    for (SimdLevel level : kAllLevels) {
+        const char* name = kvx::cpu::simd_level_name(level);
+        if (!machine_runs(level)) {
+            WARN("SIMD level " << name << " skipped: this machine cannot run it");
+            CHECK_THROWS(kvx::cpu::cpu_kernels(level));
+            continue;
+        }
+        INFO("SIMD level " << name);
+        check(kvx::cpu::cpu_kernels(level));
+    }
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+std::vector<float> nan_filled(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
+
+constexpr double kTolerance = 1e-5;  // relative to max(1, max |expected|)
+
+// Passes when max |actual - expected| <= tolerance * max(1, max |expected|) and nothing is NaN or infinite.
+struct Closeness {
+    bool ok = true;
+    double max_error = 0.0;
+    double bound = 0.0;
+    size_t worst = 0;
+    size_t non_finite = 0;  // elements of actual that are NaN or infinite, e.g. never written
+};
+
+Closeness compare(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance) {
+    Closeness c;
+    double max_expected = 0.0;
+    for (float e : expected) max_expected = std::max(max_expected, std::fabs(static_cast<double>(e)));
+    c.bound = tolerance * std::max(1.0, max_expected);
+    for (size_t i = 0; i < actual.size(); ++i) {
+        if (!std::isfinite(actual[i])) {
+            ++c.non_finite;
+            continue;
+        }
+        const double error = std::fabs(static_cast<double>(actual[i]) - expected[i]);
+        if (error > c.max_error) {
+            c.max_error = error;
+            c.worst = i;
+        }
+    }
+    c.ok = actual.size() == expected.size() && c.non_finite == 0 && c.max_error <= c.bound;
+    return c;
+}
+
+// A macro so that the INFO lands in the calling test.
+#define CHECK_CLOSE(actual, expected, tolerance)                                                          \
+    do {                                                                                                  \
+        const Closeness closeness_ = compare(actual, expected, tolerance);                                \
+        INFO("max error " << closeness_.max_error << " at " << closeness_.worst << " (bound "            \
+                          << closeness_.bound << "), non-finite outputs: " << closeness_.non_finite);     \
+        CHECK(closeness_.ok);                                                                             \
+    } while (false)
+
+// Sets the OpenMP thread count for one scope.
+class ThreadCount {
+public:
+    explicit ThreadCount(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads); }
+    ~ThreadCount() { omp_set_num_threads(saved_); }
+    ThreadCount(const ThreadCount&) = delete;
+    ThreadCount& operator=(const ThreadCount&) = delete;
+
+private:
+    int saved_;
+};
+
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class EnvVar {
+public:
+    EnvVar(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) {
+            saved_ = old;
+            had_value_ = true;
+        }
+        set(value);
+    }
+    ~EnvVar() { set(had_value_ ? saved_.c_str() : nullptr); }
+    EnvVar(const EnvVar&) = delete;
+    EnvVar& operator=(const EnvVar&) = delete;
+
+private:
+    void set(const char* value) {
+        if (value != nullptr) {
+            setenv(name_.c_str(), value, 1);
+        } else {
+            unsetenv(name_.c_str());
+        }
+    }
+    std::string name_;
+    std::string saved_;
+    bool had_value_ = false;
+};
+
+// ---- matmul -------------------------------------------------------------------------------------------
+
+std::vector<float> run_matmul(const KernelTable& kernels, const std::vector<float>& x, const std::vector<float>& w,
+                              int n, int k, int m) {
+    std::vector<float> out = nan_filled(static_cast<size_t>(n) * m);  // [n][m]
+    kernels.matmul(out.data(), x.data(), w.data(), n, k, m);
+    return out;
+}
+
+void check_matmul(const KernelTable& kernels, int n, int k, int m, uint32_t seed) {
+    INFO("matmul n=" << n << " k=" << k << " m=" << m);
+    const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, seed);       // [n][k]
+    const std::vector<float> w = random_floats(static_cast<size_t>(m) * k, seed + 1);   // [m][k]
+    CHECK_CLOSE(run_matmul(kernels, x, w, n, k, m), run_matmul(reference, x, w, n, k, m), kTolerance);
+}
+
+TEST_CASE("matmul matches the reference for awkward shapes", "[matmul]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 100;
+        for (int n : {1, 2, 3, 5, 33})
+            for (int k : {1, 3, 7, 17, 64, 172, 257, 576})
+                for (int m : {1, 3, 7, 17, 64, 172, 257}) check_matmul(kernels, n, k, m, ++seed);
+    });
+}
+
+TEST_CASE("matmul matches the reference at model shapes and across k blocks", "[matmul]") {
+    for_each_level([](const KernelTable& kernels) {
+        check_matmul(kernels, 1, 576, 576, 1);     // SmolLM-135M projections, decode
+        check_matmul(kernels, 1, 1536, 576, 2);    // its down projection
+        check_matmul(kernels, 1, 576, 49152, 3);   // its classifier
+        check_matmul(kernels, 1, 2048, 300, 4);    // TinyLlama-wide rows
+        check_matmul(kernels, 33, 576, 576, 5);    // a prefill chunk
+        check_matmul(kernels, 7, 1100, 300, 6);    // k spans 3 depth blocks, the last one ragged
+        check_matmul(kernels, 4, 1024, 130, 7);    // k exactly 2 depth blocks, w rows past one w block
+        check_matmul(kernels, 2, 0, 5, 8);         // k == 0: all zeros, still written
+        check_matmul(kernels, 1, 0, 5, 9);
+    });
+}
+
+// ---- rmsnorm ------------------------------------------------------------------------------------------
+
+TEST_CASE("rmsnorm matches the reference, also in place", "[rmsnorm]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 200;
+        for (int n : {1, 2, 3, 5, 33}) {
+            for (int d : {1, 3, 7, 17, 64, 172, 257, 576, 2048}) {
+                INFO("rmsnorm n=" << n << " d=" << d);
+                const std::vector<float> x = random_floats(static_cast<size_t>(n) * d, ++seed, -3.0f, 3.0f);  // [n][d]
+                const std::vector<float> weight = random_floats(d, ++seed);                                 // [d]
+                std::vector<float> expected(x.size());
+                reference.rmsnorm(expected.data(), x.data(), weight.data(), n, d, 1e-5f);
+
+                std::vector<float> out = nan_filled(x.size());
+                kernels.rmsnorm(out.data(), x.data(), weight.data(), n, d, 1e-5f);
+                CHECK_CLOSE(out, expected, kTolerance);
+
+                std::vector<float> in_place = x;
+                kernels.rmsnorm(in_place.data(), in_place.data(), weight.data(), n, d, 1e-5f);
+                CHECK_CLOSE(in_place, expected, kTolerance);
+            }
+        }
+    });
+}
+
+// ---- rope ---------------------------------------------------------------------------------------------
+
+void check_rope(const KernelTable& kernels, int n_rows, int n_heads, int head_dim, uint32_t seed) {
+    INFO("rope rows=" << n_rows << " heads=" << n_heads << " head_dim=" << head_dim);
+    const size_t half = static_cast<size_t>(head_dim) / 2;
+    const std::vector<float> angles = random_floats(n_rows * half, seed, -10.0f, 10.0f);
+    std::vector<float> cos(angles.size()), sin(angles.size());  // [n_rows][head_dim / 2]
+    for (size_t i = 0; i < angles.size(); ++i) {
+        cos[i] = std::cos(angles[i]);
+        sin[i] = std::sin(angles[i]);
+    }
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_rows) * n_heads * head_dim, seed + 1);
+    std::vector<float> expected = x;  // [n_rows][n_heads][head_dim]
+    reference.rope(expected.data(), cos.data(), sin.data(), n_rows, n_heads, head_dim);
+    std::vector<float> actual = x;
+    kernels.rope(actual.data(), cos.data(), sin.data(), n_rows, n_heads, head_dim);
+    CHECK_CLOSE(actual, expected, kTolerance);
+}
+
+TEST_CASE("rope matches the reference", "[rope]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 300;
+        for (int n_rows : {1, 3, 5})
+            for (int n_heads : {1, 3, 8})
+                for (int head_dim : {2, 8, 24, 64, 80, 128}) check_rope(kernels, n_rows, n_heads, head_dim, seed += 2);
+    });
+}
+
+// ---- kv_append ----------------------------------------------------------------------------------------
+
+// Rows go to shuffled slots of a 5-block cache, row 1 to slot -1. The cache must equal the reference's,
+// and every slot no row names (so also the one row 1 would have had) must be untouched.
+void check_kv_append(const KernelTable& kernels, int n_kv_heads, int head_dim, int block_size, uint32_t seed) {
+    INFO("kv_append kv_heads=" << n_kv_heads << " head_dim=" << head_dim << " block_size=" << block_size);
+    const int64_t n_slots = int64_t{5} * block_size;
+    const int n_rows = static_cast<int>(std::min<int64_t>(6, n_slots));
+    const size_t slot_floats = static_cast<size_t>(head_dim);
+    const size_t cache_size = n_slots * n_kv_heads * slot_floats;  // [5][n_kv_heads][block_size][head_dim]
+    const size_t rows_size = n_rows * n_kv_heads * slot_floats;    // [n_rows][n_kv_heads][head_dim]
+
+    std::vector<int64_t> slots(n_slots);  // [n_rows] once cut below
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), std::mt19937(seed));
+    slots.resize(n_rows);
+    if (n_rows > 1) slots[1] = -1;
+
+    const std::vector<float> k = random_floats(rows_size, seed + 1);
+    const std::vector<float> v = random_floats(rows_size, seed + 2);
+    const std::vector<float> k_initial = random_floats(cache_size, seed + 3);
+    const std::vector<float> v_initial = random_floats(cache_size, seed + 4);
+    std::vector<float> k_expected = k_initial, v_expected = v_initial;
+    reference.kv_append(k_expected.data(), v_expected.data(), k.data(), v.data(), slots.data(), n_rows, n_kv_heads,
+                        head_dim, block_size);
+    std::vector<float> k_actual = k_initial, v_actual = v_initial;
+    kernels.kv_append(k_actual.data(), v_actual.data(), k.data(), v.data(), slots.data(), n_rows, n_kv_heads, head_dim,
+                      block_size);
+    CHECK(k_actual == k_expected);
+    CHECK(v_actual == v_expected);
+
+    auto untouched = [&](const std::vector<float>& actual, const std::vector<float>& initial, size_t at) {
+        return std::equal(actual.begin() + at, actual.begin() + at + head_dim, initial.begin() + at);
+    };
+    for (int64_t slot = 0; slot < n_slots; ++slot) {
+        if (std::find(slots.begin(), slots.end(), slot) != slots.end()) continue;
+        const int64_t block = slot / block_size, offset = slot % block_size;
+        for (int h = 0; h < n_kv_heads; ++h) {
+            const auto at = static_cast<size_t>((block * n_kv_heads + h) * block_size + offset) * slot_floats;
+            CHECK(untouched(k_actual, k_initial, at));
+            CHECK(untouched(v_actual, v_initial, at));
+        }
+    }
+}
+
+TEST_CASE("kv_append writes each row into its slot and skips slot -1", "[kv_append]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 400;
+        for (int n_kv_heads : {1, 3, 8})
+            for (int head_dim : {8, 24, 64, 80, 128})
+                for (int block_size : {1, 4, 16, 256})
+                    check_kv_append(kernels, n_kv_heads, head_dim, block_size, seed += 5);
+    });
+}
+
+// ---- paged_attention ----------------------------------------------------------------------------------
+
+// A batch over a paged cache: sequence 0 contributes a prefill chunk (its last prefill_rows positions),
+// every other sequence one decode row (its last position). Physical blocks are shuffled, a few are never
+// referenced, and table entries past a sequence's end are -1.
+struct AttentionBatch {
+    int n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
+    std::vector<int> seq_lengths;  // positions in the cache per sequence
+    int prefill_rows = 1;
+
+    int table_stride = 0;
+    std::vector<float> q;             // [n_rows][n_heads][head_dim]
+    std::vector<float> k_cache;       // [num_blocks][n_kv_heads][block_size][head_dim]
+    std::vector<float> v_cache;       // [num_blocks][n_kv_heads][block_size][head_dim]
+    std::vector<int32_t> tables;      // [n_seqs][table_stride]
+    std::vector<int32_t> row_seq;     // [n_rows]
+    std::vector<int32_t> row_pos;     // [n_rows]
+
+    int n_rows() const { return static_cast<int>(row_seq.size()); }
+
+    void build(uint32_t seed) {
+        std::mt19937 rng(seed);
+        const int n_seqs = static_cast<int>(seq_lengths.size());
+        std::vector<int> blocks_of(n_seqs);
+        int used_blocks = 0;
+        for (int s = 0; s < n_seqs; ++s) {
+            blocks_of[s] = (seq_lengths[s] + block_size - 1) / block_size;
+            used_blocks += blocks_of[s];
+            table_stride = std::max(table_stride, blocks_of[s] + 2);
+        }
+        const int num_blocks = used_blocks + 3;
+        std::vector<int32_t> physical(num_blocks);
+        std::iota(physical.begin(), physical.end(), 0);
+        std::shuffle(physical.begin(), physical.end(), rng);
+
+        tables.assign(static_cast<size_t>(n_seqs) * table_stride, -1);
+        int next = 0;
+        for (int s = 0; s < n_seqs; ++s)
+            for (int b = 0; b < blocks_of[s]; ++b) tables[static_cast<size_t>(s) * table_stride + b] = physical[next++];
+
+        // Rows: a decode row of sequence 1 first, then sequence 0's prefill chunk, then the other decode rows.
+        auto add_row = [&](int s, int pos) {
+            row_seq.push_back(s);
+            row_pos.push_back(pos);
+        };
+        if (n_seqs > 1) add_row(1, seq_lengths[1] - 1);
+        for (int r = 0; r < prefill_rows; ++r) add_row(0, seq_lengths[0] - prefill_rows + r);
+        for (int s = 2; s < n_seqs; ++s) add_row(s, seq_lengths[s] - 1);
+
+        const size_t cache_size = static_cast<size_t>(num_blocks) * n_kv_heads * block_size * head_dim;
+        k_cache = random_floats(cache_size, seed + 1);
+        v_cache = random_floats(cache_size, seed + 2);
+        // Larger queries make the softmax peaky, so the running maximum really moves.
+        q = random_floats(static_cast<size_t>(n_rows()) * n_heads * head_dim, seed + 3, -4.0f, 4.0f);
+    }
+
+    std::vector<float> run(const KernelTable& kernels) const {
+        std::vector<float> out = nan_filled(q.size());
+        PagedAttentionArgs args;
+        args.q = q.data();
+        args.k_cache = k_cache.data();
+        args.v_cache = v_cache.data();
+        args.block_tables = tables.data();
+        args.row_seq = row_seq.data();
+        args.row_pos = row_pos.data();
+        args.out = out.data();
+        args.n_rows = n_rows();
+        args.n_heads = n_heads;
+        args.n_kv_heads = n_kv_heads;
+        args.head_dim = head_dim;
+        args.block_size = block_size;
+        args.table_stride = table_stride;
+        args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        kernels.paged_attention(args);
+        return out;
+    }
+};
+
+AttentionBatch attention_batch(int n_kv_heads, int group, int head_dim, int block_size, std::vector<int> seq_lengths,
+                               int prefill_rows, uint32_t seed) {
+    AttentionBatch batch;
+    batch.n_kv_heads = n_kv_heads;
+    batch.n_heads = n_kv_heads * group;
+    batch.head_dim = head_dim;
+    batch.block_size = block_size;
+    batch.seq_lengths = std::move(seq_lengths);
+    batch.prefill_rows = prefill_rows;
+    batch.build(seed);
+    return batch;
+}
+
+TEST_CASE("paged_attention matches the reference for every block size and head dim", "[paged_attention]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 500;
+        for (int head_dim : {8, 24, 64, 80, 128}) {
+            for (int block_size = 1; block_size <= 256; block_size *= 2) {
+                INFO("paged_attention head_dim=" << head_dim << " block_size=" << block_size);
+                // Sequence lengths straddle block and chunk (64 keys) boundaries; one has a single key.
+                const AttentionBatch batch =
+                    attention_batch(2, 2, head_dim, block_size, {150, 1, 67, 300}, 5, ++seed);
+                CHECK_CLOSE(batch.run(kernels), batch.run(reference), kTolerance);
+            }
+        }
+    });
+}
+
+TEST_CASE("paged_attention matches the reference for GQA ratios", "[paged_attention]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 600;
+        for (int group : {1, 2, 4, 8}) {
+            for (int head_dim : {8, 64, 80}) {
+                for (int block_size : {1, 16, 32}) {
+                    INFO("paged_attention group=" << group << " head_dim=" << head_dim << " block_size=" << block_size);
+                    const AttentionBatch batch =
+                        attention_batch(3, group, head_dim, block_size, {90, 33, 4, 129, 64}, 7, ++seed);
+                    CHECK_CLOSE(batch.run(kernels), batch.run(reference), kTolerance);
+                }
+            }
+        }
+    });
+}
+
+TEST_CASE("paged_attention of a single decode row and of a whole prompt", "[paged_attention]") {
+    for_each_level([](const KernelTable& kernels) {
+        // stories260K decoding: 8 heads over 4 KV heads of dim 8.
+        const AttentionBatch decode = attention_batch(4, 2, 8, 16, {200}, 1, 700);
+        CHECK_CLOSE(decode.run(kernels), decode.run(reference), kTolerance);
+        // A prompt from position 0: the first row sees one key.
+        const AttentionBatch prompt = attention_batch(2, 4, 64, 16, {70}, 70, 701);
+        CHECK_CLOSE(prompt.run(kernels), prompt.run(reference), kTolerance);
+    });
+}
+
+// ---- swiglu, add --------------------------------------------------------------------------------------
+
+// The engine needs well under 1e-6; 5e-7 (the polynomial exp gives about 2.5e-7) also catches a degraded exp.
+TEST_CASE("swiglu matches the reference to 5e-7 relative, element by element", "[swiglu]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 800;
+        for (int64_t n : {1, 3, 7, 17, 64, 172, 1000, 5003}) {
+            INFO("swiglu n=" << n);
+            std::vector<float> gate = random_floats(static_cast<size_t>(n), ++seed, -30.0f, 30.0f);
+            // The ends of exp's range: overflow of e^-g, subnormal and flushed results.
+            const float extremes[] = {0.0f,   -0.0f, 1e-8f,  -1e-8f,  87.0f, -87.0f,
+                                      88.5f, -88.5f, 100.0f, -100.0f, -110.0f};
+            for (size_t i = 0; i < std::size(extremes) && i < gate.size(); ++i) gate[i * 7 % gate.size()] = extremes[i];
+            const std::vector<float> up = random_floats(static_cast<size_t>(n), ++seed, -2.0f, 2.0f);
+
+            std::vector<float> expected(gate.size());
+            reference.swiglu(expected.data(), gate.data(), up.data(), n);
+            std::vector<float> out = nan_filled(gate.size());
+            kernels.swiglu(out.data(), gate.data(), up.data(), n);
+            for (size_t i = 0; i < out.size(); ++i) {
+                INFO("gate " << gate[i] << " up " << up[i] << " expected " << expected[i] << " got " << out[i]);
+                CHECK(std::fabs(out[i] - expected[i]) <= 5e-7 * std::fabs(expected[i]) + 1e-30);
+            }
+
+            std::vector<float> in_place = gate;  // out aliasing gate
+            kernels.swiglu(in_place.data(), in_place.data(), up.data(), n);
+            CHECK_CLOSE(in_place, expected, 5e-7);
+        }
+    });
+}
+
+TEST_CASE("add matches the reference", "[add]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 900;
+        for (int64_t n : {1, 3, 7, 17, 64, 172, 1000, 5003}) {
+            INFO("add n=" << n);
+            const std::vector<float> x = random_floats(static_cast<size_t>(n), ++seed);
+            const std::vector<float> y = random_floats(static_cast<size_t>(n), ++seed);
+            std::vector<float> expected = x, actual = x;
+            reference.add(expected.data(), y.data(), n);
+            kernels.add(actual.data(), y.data(), n);
+            CHECK(actual == expected);
+        }
+    });
+}
+
+// ---- threads ------------------------------------------------------------------------------------------
+
+// Shapes large enough that every kernel opens a parallel region: the result must not depend on how the
+// work is split (each output is computed the same way whichever thread gets it).
+TEST_CASE("results with 1 and 2 threads are identical", "[threads]") {
+    for_each_level([](const KernelTable& kernels) {
+        auto with_threads = [&](int threads, auto run) {
+            const ThreadCount scope(threads);
+            return run();
+        };
+        auto same_with_1_and_2_threads = [&](auto run) { return with_threads(1, run) == with_threads(2, run); };
+
+        const std::vector<float> x = random_floats(33 * 1536, 1);
+        const std::vector<float> w = random_floats(1536 * 576, 2);
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 1, 576, 1536); }));
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 1, 1536, 576); }));
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 33, 576, 576); }));
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 7, 1100, 130); }));
+
+        const AttentionBatch prefill = attention_batch(4, 2, 64, 16, {240}, 40, 3);
+        CHECK(same_with_1_and_2_threads([&] { return prefill.run(kernels); }));
+        const AttentionBatch decode = attention_batch(8, 4, 128, 16, {400, 700, 3, 1000}, 1, 4);
+        CHECK(same_with_1_and_2_threads([&] { return decode.run(kernels); }));
+
+        const int rows = 64, d = 4096;
+        const std::vector<float> a = random_floats(rows * d, 5, -30.0f, 30.0f);
+        const std::vector<float> b = random_floats(rows * d, 6);
+        CHECK(same_with_1_and_2_threads([&] {
+            std::vector<float> out = nan_filled(a.size());
+            kernels.rmsnorm(out.data(), a.data(), b.data(), rows, d, 1e-5f);
+            return out;
+        }));
+        CHECK(same_with_1_and_2_threads([&] {
+            std::vector<float> out = nan_filled(a.size());
+            kernels.swiglu(out.data(), a.data(), b.data(), static_cast<int64_t>(a.size()));
+            return out;
+        }));
+        CHECK(same_with_1_and_2_threads([&] {
+            std::vector<float> out = a;
+            kernels.add(out.data(), b.data(), static_cast<int64_t>(a.size()));
+            return out;
+        }));
+        CHECK(same_with_1_and_2_threads([&] {
+            std::vector<float> out = a;  // 64 rows x 32 heads x 128
+            kernels.rope(out.data(), b.data(), b.data() + rows * 64, rows, 32, 128);
+            return out;
+        }));
+        CHECK(same_with_1_and_2_threads([&] {
+            // 256 rows of 8 kv heads x 128 into a cache of 16 blocks of 16 positions, as many floats as a.
+            std::vector<float> k_cache(a.size(), 0.0f), v_cache = k_cache;
+            std::vector<int64_t> slots(rows * 4);
+            std::iota(slots.begin(), slots.end(), 0);
+            std::shuffle(slots.begin(), slots.end(), std::mt19937(7));
+            kernels.kv_append(k_cache.data(), v_cache.data(), a.data(), b.data(), slots.data(), rows * 4, 8, 128, 16);
+            k_cache.insert(k_cache.end(), v_cache.begin(), v_cache.end());
+            return k_cache;
+        }));
+    });
+}
+
+// ---- choosing a level ---------------------------------------------------------------------------------
+
+TEST_CASE("supported levels start with portable and end with the best", "[dispatch]") {
+    const std::vector<SimdLevel> supported = kvx::cpu::supported_simd_levels();
+    REQUIRE(!supported.empty());
+    CHECK(supported.front() == SimdLevel::portable);
+    CHECK(supported.back() == kvx::cpu::best_simd_level());
+    CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::portable)) == "portable");
+    CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::avx2)) == "avx2");
+    CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::avx512)) == "avx512");
+    for (SimdLevel level : kAllLevels) {
+        const std::string name = kvx::cpu::simd_level_name(level);
+        if (machine_runs(level)) {
+            CHECK(kvx::cpu::cpu_kernels(level).name == "cpu-" + name);
+        } else {
+            CHECK_THROWS_WITH(kvx::cpu::cpu_kernels(level), Catch::Matchers::Contains(name));
+        }
+    }
+}
+
+TEST_CASE("KVX_SIMD forces a level, defaults to the best, rejects the unknown", "[dispatch]") {
+    const std::string best = std::string("cpu-") + kvx::cpu::simd_level_name(kvx::cpu::best_simd_level());
+    {
+        const EnvVar unset("KVX_SIMD", nullptr);
+        CHECK(kvx::cpu::cpu_kernels_from_env().name == best);
+    }
+    {
+        const EnvVar automatic("KVX_SIMD", "auto");
+        CHECK(kvx::cpu::cpu_kernels_from_env().name == best);
+    }
+    for (SimdLevel level : kAllLevels) {
+        const std::string name = kvx::cpu::simd_level_name(level);
+        const EnvVar forced("KVX_SIMD", name.c_str());
+        if (machine_runs(level)) {
+            CHECK(kvx::cpu::cpu_kernels_from_env().name == "cpu-" + name);
+        } else {
+            CHECK_THROWS_WITH(kvx::cpu::cpu_kernels_from_env(), Catch::Matchers::Contains(name));
+        }
+    }
+    {
+        const EnvVar bogus("KVX_SIMD", "bogus");
+        CHECK_THROWS_WITH(kvx::cpu::cpu_kernels_from_env(),
+                          Catch::Matchers::Contains("bogus") && Catch::Matchers::Contains("portable"));
+    }
+}
+
+}  // namespace

@@ -1,0 +1,30 @@
+// The AVX2 + FMA kernels. Compiled with -mavx2 -mfma -mf16c (cpu/CMakeLists.txt) and called only after
+// cpu_kernels.cpp has checked that the CPU and OS support them.
+//
+// No code compiled here may end up running on a machine without AVX2. An inline function is emitted by
+// every unit that uses it, each copy compiled with that unit's flags, and the linker keeps one copy for
+// the whole program: a std::max<float> instantiated here could become the one every caller runs. So the
+// kernels have internal linkage (an anonymous namespace) and use no inline function of the standard
+// library; intrinsics are always inlined and the OpenMP runtime is extern "C". Only kernel_table() is
+// exported.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdint>
+
+#include "cpu/isa_kernel_tables.h"
+
+namespace kvx::cpu::avx2 {
+namespace {
+
+constexpr char kTableName[] = "cpu-avx2";
+
+#include "cpu/vec_avx2.inc"
+#include "cpu/exp_polynomial.inc"
+#include "cpu/isa_kernels.inc"
+
+}  // namespace
+
+const KernelTable& kernel_table() { return kKernelTable; }
+
+}  // namespace kvx::cpu::avx2

@@ -1,0 +1,22 @@
+// The portable kernels: the same kernel code as the SIMD levels over a plain-array Vec, compiled with the
+// project's baseline flags. Runs on any machine, and is the only level off x86.
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cpu/isa_kernel_tables.h"
+
+namespace kvx::cpu::portable {
+namespace {
+
+constexpr char kTableName[] = "cpu-portable";
+
+#include "cpu/vec_portable.inc"
+#include "cpu/isa_kernels.inc"
+
+}  // namespace
+
+const KernelTable& kernel_table() { return kKernelTable; }
+
+}  // namespace kvx::cpu::portable
