@@ -52,6 +52,8 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sa
 
         start = std::chrono::steady_clock::now();
         const auto& stops = options.stop_token_ids;
+        int32_t next_token[1] = {0};
+        const std::vector<SequenceInput> decode_step = {{seq, next_token, false}};  // reused: no allocation per token
         for (int64_t i = 0; i < max_new; ++i) {
             const int32_t next = sampler.sample(logits->data(), engine.vocab_size());
             if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
@@ -59,8 +61,8 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sa
             prev = next;
             ++stats.generated_tokens;
             if (i + 1 == max_new) break;  // the last token needs no forward pass
-            const int32_t one[1] = {next};
-            logits = &engine.forward({{seq, one, false}});
+            next_token[0] = next;
+            logits = &engine.forward(decode_step);
             ++stats.decode_steps;
         }
         stats.decode_seconds = seconds_since(start);
