@@ -12,6 +12,7 @@ class ErrorsTest(unittest.TestCase):
         self.assertLess(code, 128, f"kvx {' '.join(args)} died from a signal")
         self.assertIn(message, err, f"kvx {' '.join(args)}")
         self.assertNotIn("terminate called", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, f"kvx {' '.join(args)}: not one line:\n{err}")
 
     def test_bad_flags(self):
         self.assert_fails(["generate", "--bogus"], "--bogus")

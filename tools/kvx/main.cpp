@@ -24,8 +24,15 @@ int main(int argc, char** argv) {
     }
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "kvx: %s (see --help)\n", e.what());
+        return e.get_exit_code();
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "kvx: %s\n", e.what());
