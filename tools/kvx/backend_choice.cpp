@@ -35,6 +35,15 @@ void add_run_options(CLI::App& command, RunOptions& o) {
         ->capture_default_str();
 }
 
+std::string resolve_model_dir(const std::string& requested) {
+    if (!requested.empty()) return requested;
+    if (const char* env = std::getenv("KVX_MODEL"); env && *env) return env;
+    if (!std::filesystem::exists(std::string(KVX_DEFAULT_MODEL_DIR) + "/config.json"))
+        throw Error("the built-in model is missing from '" KVX_DEFAULT_MODEL_DIR
+                    "' (it is built when Python with onnx is available, see README): pass -m MODEL_DIR");
+    return KVX_DEFAULT_MODEL_DIR;
+}
+
 LoadedModel load_for_run(const RunOptions& options) {
     std::string simd = options.simd;
     if (simd == "auto")
@@ -42,16 +51,8 @@ LoadedModel load_for_run(const RunOptions& options) {
     const KernelTable& kernels = kernels_for(simd);
     if (options.threads > 0) omp_set_num_threads(options.threads);
 
-    std::string dir = options.model_dir;
-    if (dir.empty()) {
-        const char* env = std::getenv("KVX_MODEL");
-        dir = env && *env ? env : KVX_DEFAULT_MODEL_DIR;
-        if (!std::filesystem::exists(dir + "/config.json"))
-            throw Error("the built-in model is missing from '" + dir +
-                        "' (it is built when Python with onnx is available, see README): pass -m MODEL_DIR");
-    }
     LoadedModel loaded;
-    loaded.model = std::make_unique<Model>(load_model(dir));
+    loaded.model = std::make_unique<Model>(load_model(resolve_model_dir(options.model_dir)));
     EngineOptions engine_options;
     engine_options.context = options.context;
     engine_options.block_size = options.block_size;

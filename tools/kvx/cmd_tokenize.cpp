@@ -2,6 +2,7 @@
 // compared with any other.
 #include <cstdio>
 
+#include "backend_choice.h"
 #include "commands.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -16,7 +17,7 @@ struct TokenizeOptions {
 };
 
 void run_tokenize(const TokenizeOptions& o) {
-    const std::string dir = o.model_dir.empty() ? KVX_DEFAULT_MODEL_DIR : o.model_dir;
+    const std::string dir = resolve_model_dir(o.model_dir);
     const ModelConfig config = load_model_config(dir);
     const auto tokens = load_tokenizer(dir, config)->encode(o.text, !o.no_bos);
     for (size_t i = 0; i < tokens.size(); ++i) std::printf(i ? ",%d" : "%d", tokens[i]);
