@@ -205,6 +205,33 @@ TEST_CASE("rmsnorm matches the reference, also in place", "[rmsnorm]") {
     });
 }
 
+TEST_CASE("layernorm matches the reference, also in place and for rows far from zero", "[layernorm]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 250;
+        for (int n : {1, 2, 5, 33}) {
+            for (int d : {1, 3, 7, 17, 64, 257, 576, 768}) {
+                for (float offset : {0.0f, 100.0f}) {  // a large mean must not cancel the variance away
+                    INFO("layernorm n=" << n << " d=" << d << " offset=" << offset);
+                    std::vector<float> x = random_floats(static_cast<size_t>(n) * d, ++seed, -3.0f, 3.0f);  // [n][d]
+                    for (float& v : x) v += offset;
+                    const std::vector<float> weight = random_floats(d, ++seed);  // [d]
+                    const std::vector<float> bias = random_floats(d, ++seed);    // [d]
+                    std::vector<float> expected(x.size());
+                    reference.layernorm(expected.data(), x.data(), weight.data(), bias.data(), n, d, 1e-5f);
+
+                    std::vector<float> out = nan_filled(x.size());
+                    kernels.layernorm(out.data(), x.data(), weight.data(), bias.data(), n, d, 1e-5f);
+                    CHECK_CLOSE(out, expected, offset == 0.0f ? kTolerance : 1e-4);
+
+                    std::vector<float> in_place = x;
+                    kernels.layernorm(in_place.data(), in_place.data(), weight.data(), bias.data(), n, d, 1e-5f);
+                    CHECK_CLOSE(in_place, expected, offset == 0.0f ? kTolerance : 1e-4);
+                }
+            }
+        }
+    });
+}
+
 // ---- rope ---------------------------------------------------------------------------------------------
 
 void check_rope(const KernelTable& kernels, int n_rows, int n_heads, int head_dim, uint32_t seed) {
@@ -448,6 +475,51 @@ TEST_CASE("swiglu matches the reference to 5e-7 relative, element by element", "
             std::vector<float> in_place = gate;  // out aliasing gate
             kernels.swiglu(in_place.data(), in_place.data(), up.data(), n);
             CHECK_CLOSE(in_place, expected, 5e-7);
+        }
+    });
+}
+
+// Relative to 1e-6 times the condition number of the result: e^(-2u) amplifies the fp32 rounding of u by
+// |2u|, which matters only in the far negative tail, where the outputs are below 1e-10.
+TEST_CASE("gelu_tanh matches the reference to 1e-6 x its condition, element by element", "[gelu]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 850;
+        for (int64_t n : {1, 3, 7, 17, 64, 1000, 5003}) {
+            INFO("gelu_tanh n=" << n);
+            std::vector<float> x = random_floats(static_cast<size_t>(n), ++seed, -12.0f, 12.0f);
+            const float extremes[] = {0.0f, -0.0f, 1e-8f, -1e-8f, 5.0f, -5.0f, 30.0f, -30.0f, 1e4f, -1e4f};
+            for (size_t i = 0; i < std::size(extremes) && i < x.size(); ++i) x[i * 7 % x.size()] = extremes[i];
+
+            std::vector<float> expected(x.size());
+            reference.gelu_tanh(expected.data(), x.data(), n);
+            std::vector<float> out = nan_filled(x.size());
+            kernels.gelu_tanh(out.data(), x.data(), n);
+            for (size_t i = 0; i < out.size(); ++i) {
+                const double v = x[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+                const double condition = 2.0 + 2.0 * std::fabs(u);
+                INFO("x " << x[i] << " expected " << expected[i] << " got " << out[i]);
+                CHECK(std::fabs(out[i] - expected[i]) <= 1e-6 * condition * std::fabs(expected[i]) + 1e-30);
+            }
+            std::vector<float> in_place = x;
+            kernels.gelu_tanh(in_place.data(), in_place.data(), n);
+            CHECK_CLOSE(in_place, expected, 2e-6);
+        }
+    });
+}
+
+TEST_CASE("add_bias adds the bias to every row", "[add]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 880;
+        for (int n : {1, 2, 7, 64}) {
+            for (int d : {1, 5, 16, 17, 576, 2305}) {
+                INFO("add_bias n=" << n << " d=" << d);
+                const std::vector<float> x = random_floats(static_cast<size_t>(n) * d, ++seed);  // [n][d]
+                const std::vector<float> bias = random_floats(d, ++seed);                      // [d]
+                std::vector<float> expected = x, out = x;
+                reference.add_bias(expected.data(), bias.data(), n, d);
+                kernels.add_bias(out.data(), bias.data(), n, d);
+                CHECK(out == expected);  // one fp32 add per element: bit-exact
+            }
         }
     });
 }

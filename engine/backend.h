@@ -1,6 +1,6 @@
 // What the engine needs from a compute backend: KV storage for the block pool, block copies for
 // copy-on-write, and the model's forward pass over a ForwardBatch. The host-kernel backend
-// (models/llama_host.h) serves every CPU KernelTable, the reference one included; a CUDA backend
+// (models/decoder_host.h) serves every CPU KernelTable, the reference one included; a CUDA backend
 // implements the same interface over device memory.
 #pragma once
 

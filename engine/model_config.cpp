@@ -33,9 +33,14 @@ ModelConfig load_model_config(const std::string& model_dir) {
         throw Error("model config '" + path + "': unsupported format_version (this kvx reads version 1)");
 
     ModelConfig c;
-    c.architecture = j.value("architecture", "");
-    if (c.architecture != "llama")
-        throw Error("model config '" + path + "': unsupported architecture '" + c.architecture + "'");
+    const std::string architecture = j.value("architecture", "");
+    if (architecture == "llama")
+        c.architecture = Architecture::llama;
+    else if (architecture == "gpt2")
+        c.architecture = Architecture::gpt2;
+    else
+        throw Error("model config '" + path + "': unsupported architecture '" + architecture +
+                    "' (kvx runs 'llama' and 'gpt2')");
     c.dim = positive_int(j, "dim", path);
     c.hidden_dim = positive_int(j, "hidden_dim", path);
     c.n_layers = positive_int(j, "n_layers", path);
@@ -47,11 +52,12 @@ ModelConfig load_model_config(const std::string& model_dir) {
     if (c.n_heads % c.n_kv_heads != 0)
         throw Error("model config '" + path + "': n_heads " + std::to_string(c.n_heads) +
                     " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
-    if (c.head_dim % 2 != 0) throw Error("model config '" + path + "': head_dim must be even for RoPE");
+    if (c.architecture == Architecture::llama && c.head_dim % 2 != 0)
+        throw Error("model config '" + path + "': head_dim must be even for RoPE");
     if (!j.contains("norm_eps") || !j["norm_eps"].is_number())
         throw Error("model config '" + path + "': missing number field 'norm_eps'");
     c.norm_eps = j["norm_eps"].get<float>();
-    if (j.value("rope_style", "") != "half")
+    if (c.architecture == Architecture::llama && j.value("rope_style", "") != "half")
         throw Error("model config '" + path + "': unsupported rope_style (kvx implements 'half')");
     c.tied_embeddings = j.value("tied_embeddings", true);
     c.bos_token_id = j.value("bos_token_id", -1);
@@ -64,8 +70,13 @@ ModelConfig load_model_config(const std::string& model_dir) {
     if (!j.contains("weights") || !j["weights"].is_object())
         throw Error("model config '" + path + "': missing 'weights'");
     c.weights_file = j["weights"].value("file", "");
-    if (j["weights"].value("dtype", "") != "f32")
-        throw Error("model config '" + path + "': unsupported weights dtype (this kvx reads f32)");
+    const std::string dtype = j["weights"].value("dtype", "");
+    if (dtype == "f32")
+        c.weights_dtype = WeightDtype::f32;
+    else if (dtype == "f16")
+        c.weights_dtype = WeightDtype::f16;
+    else
+        throw Error("model config '" + path + "': unsupported weights dtype '" + dtype + "' (kvx reads f32 and f16)");
     if (j.contains("tokenizer") && j["tokenizer"].is_object()) {
         c.tokenizer_type = j["tokenizer"].value("type", "");
         c.tokenizer_file = j["tokenizer"].value("file", "");

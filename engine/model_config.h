@@ -7,8 +7,18 @@
 
 namespace kvx {
 
+// The decoder families kvx runs. They differ only in the pieces below; the attention over the paged cache
+// is shared.
+//   llama: RMSNorm, rotary positions (rotate-half), SwiGLU MLP, optional biases on the linear layers.
+//   gpt2:  LayerNorm with bias, learned position embeddings, GELU (tanh) MLP, biases on every linear layer.
+enum class Architecture { llama, gpt2 };
+
+// How the weight matrices (linear layers and embeddings) are stored; vectors (norms, biases, RoPE
+// frequencies) are always f32.
+enum class WeightDtype { f32, f16 };
+
 struct ModelConfig {
-    std::string architecture;  // "llama"
+    Architecture architecture = Architecture::llama;
     int dim = 0;               // residual stream width
     int hidden_dim = 0;        // MLP inner width
     int n_layers = 0;
@@ -22,6 +32,7 @@ struct ModelConfig {
     int bos_token_id = -1;
     std::vector<int> eos_token_ids;
     std::string weights_file;    // relative to the model directory
+    WeightDtype weights_dtype = WeightDtype::f32;
     std::string tokenizer_type;  // "llama2c", or empty when the model has no tokenizer
     std::string tokenizer_file;  // relative to the model directory
 

@@ -80,15 +80,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(std::make_uniq
         if (ranges[i].first < ranges[i - 1].second) fail("two tensors overlap");
 }
 
-const float* SafetensorsFile::f32(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+const TensorView& SafetensorsFile::checked(const std::string& name, const char* dtype,
+                                           const std::vector<int64_t>& expected_shape) const {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) throw Error("weights file '" + path() + "' has no tensor '" + name + "'");
     const TensorView& t = it->second;
-    if (t.dtype != "F32") throw Error("tensor '" + name + "' is " + t.dtype + ", expected F32");
+    if (t.dtype != dtype) throw Error("tensor '" + name + "' is " + t.dtype + ", expected " + dtype);
     if (t.shape != expected_shape)
         throw Error("tensor '" + name + "' has shape " + shape_string(t.shape) + " but the model config needs " +
                     shape_string(expected_shape));
-    return reinterpret_cast<const float*>(t.data);
+    return t;
+}
+
+const float* SafetensorsFile::f32(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+    return reinterpret_cast<const float*>(checked(name, "F32", expected_shape).data);
+}
+
+const uint16_t* SafetensorsFile::f16(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+    return reinterpret_cast<const uint16_t*>(checked(name, "F16", expected_shape).data);
 }
 
 }  // namespace kvx

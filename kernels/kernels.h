@@ -5,7 +5,8 @@
 // the oracle the other tables are tested against.
 //
 // Conventions shared by every kernel:
-//   - fp32, row-major, no padding between rows unless a stride is given.
+//   - fp32 activations, row-major, no padding between rows unless a stride is given. Weight matrices may
+//     also be stored as IEEE fp16 (the matmul_f16 kernel), converted to fp32 as they are read.
 //   - A linear layer's weight is stored [out_features, in_features] (each output is a dot product of two
 //     contiguous rows), the llama2.c / safetensors convention; the converter transposes ONNX's [in, out].
 //   - Kernels never allocate on the hot path and never keep state between calls.
@@ -55,9 +56,17 @@ struct KernelTable {
     // out[n][m] = x[n][k] . w[m][k]^T. n == 1 is the decode GEMV; n > 1 the prefill GEMM.
     void (*matmul)(float* out, const float* x, const float* w, int n, int k, int m);
 
+    // As matmul, with w [m][k] stored as IEEE fp16 bits (kernels/f16.h); products accumulate in fp32.
+    // Halves the bytes of weights a bandwidth-bound decode step reads.
+    void (*matmul_f16)(float* out, const float* x, const uint16_t* w, int n, int k, int m);
+
     // out[i][:] = x[i][:] / sqrt(mean(x[i][:]^2) + eps) * weight[:], for i < n rows of width d.
     // out may alias x.
     void (*rmsnorm)(float* out, const float* x, const float* weight, int n, int d, float eps);
+
+    // LayerNorm (GPT-2): out[i][:] = (x[i][:] - mean) / sqrt(var + eps) * weight[:] + bias[:], with the
+    // biased variance mean((x - mean)^2), for i < n rows of width d. out may alias x.
+    void (*layernorm)(float* out, const float* x, const float* weight, const float* bias, int n, int d, float eps);
 
     // Rotary embedding in the "rotate half" form (HF Llama, GPT-NeoX): within each head, element j of the
     // first half pairs with element j + head_dim/2:
@@ -76,8 +85,15 @@ struct KernelTable {
     // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
     void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);
 
+    // GELU in the tanh form of GPT-2 (and ONNX Runtime's FastGelu):
+    //   out[i] = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).  out may alias x.
+    void (*gelu_tanh)(float* out, const float* x, int64_t n);
+
     // Residual add: x[i] += y[i].
     void (*add)(float* x, const float* y, int64_t n);
+
+    // Bias of a linear layer: x[i][j] += bias[j], for i < n rows of width d.
+    void (*add_bias)(float* x, const float* bias, int n, int d);
 };
 
 // The plain fp32 implementation: simple loops accumulating in double, never optimised, kept forever as

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/f16.h"
 #include "kernels/kernels.h"
 
 namespace kvx {
@@ -26,6 +27,18 @@ void reference_matmul(float* out, const float* x, const float* w, int n, int k, 
     }
 }
 
+void reference_matmul_f16(float* out, const float* x, const uint16_t* w, int n, int k, int m) {
+    for (int i = 0; i < n; ++i) {
+        const float* xi = x + static_cast<int64_t>(i) * k;  // row i of x [n][k]
+        for (int j = 0; j < m; ++j) {
+            const uint16_t* wj = w + static_cast<int64_t>(j) * k;  // row j of w [m][k], fp16 bits
+            double dot = 0.0;
+            for (int p = 0; p < k; ++p) dot += static_cast<double>(xi[p]) * f16_to_f32(wj[p]);
+            out[static_cast<int64_t>(i) * m + j] = static_cast<float>(dot);
+        }
+    }
+}
+
 void reference_rmsnorm(float* out, const float* x, const float* weight, int n, int d, float eps) {
     for (int i = 0; i < n; ++i) {
         const float* xi = x + static_cast<int64_t>(i) * d;
@@ -35,6 +48,21 @@ void reference_rmsnorm(float* out, const float* x, const float* weight, int n, i
         // The whole row is read before any of it is written, so out may alias x.
         const double inv_rms = 1.0 / std::sqrt(sum_of_squares / d + eps);
         for (int j = 0; j < d; ++j) oi[j] = static_cast<float>(xi[j] * inv_rms * weight[j]);
+    }
+}
+
+void reference_layernorm(float* out, const float* x, const float* weight, const float* bias, int n, int d,
+                         float eps) {
+    for (int i = 0; i < n; ++i) {
+        const float* xi = x + static_cast<int64_t>(i) * d;
+        float* oi = out + static_cast<int64_t>(i) * d;
+        double sum = 0.0;
+        for (int j = 0; j < d; ++j) sum += xi[j];
+        const double mean = sum / d;
+        double sum_of_squares = 0.0;
+        for (int j = 0; j < d; ++j) sum_of_squares += (xi[j] - mean) * (xi[j] - mean);
+        const double inv_std = 1.0 / std::sqrt(sum_of_squares / d + eps);
+        for (int j = 0; j < d; ++j) oi[j] = static_cast<float>((xi[j] - mean) * inv_std * weight[j] + bias[j]);
     }
 }
 
@@ -121,19 +149,39 @@ void reference_swiglu(float* out, const float* gate, const float* up, int64_t n)
     }
 }
 
+// 0.5 x (1 + tanh(u)) written as x / (1 + e^(-2u)), the same function: 1 + tanh(u) would cancel to 0 for
+// u below about -19 even in double, losing the tiny negative outputs.
+void reference_gelu_tanh(float* out, const float* x, int64_t n) {
+    const double sqrt_2_over_pi = std::sqrt(2.0 / std::acos(-1.0));
+    for (int64_t i = 0; i < n; ++i) {
+        const double v = x[i];
+        const double u = sqrt_2_over_pi * (v + 0.044715 * v * v * v);
+        out[i] = static_cast<float>(v / (1.0 + std::exp(-2.0 * u)));
+    }
+}
+
 void reference_add(float* x, const float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void reference_add_bias(float* x, const float* bias, int n, int d) {
+    for (int i = 0; i < n; ++i)
+        for (int j = 0; j < d; ++j) x[static_cast<int64_t>(i) * d + j] += bias[j];
 }
 
 constexpr KernelTable kReferenceKernels{
     .name = "reference",
     .matmul = reference_matmul,
+    .matmul_f16 = reference_matmul_f16,
     .rmsnorm = reference_rmsnorm,
+    .layernorm = reference_layernorm,
     .rope = reference_rope,
     .kv_append = reference_kv_append,
     .paged_attention = reference_paged_attention,
     .swiglu = reference_swiglu,
+    .gelu_tanh = reference_gelu_tanh,
     .add = reference_add,
+    .add_bias = reference_add_bias,
 };
 
 }  // namespace

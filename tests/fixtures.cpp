@@ -10,7 +10,7 @@
 
 #include "engine/npy.h"
 #include "engine/position_logits.h"
-#include "models/llama_host.h"
+#include "models/decoder_host.h"
 
 namespace kvx::test {
 
@@ -58,7 +58,7 @@ std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable
                                            int32_t block_size) {
     EngineOptions options;
     options.block_size = block_size;
-    Engine engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), options);
+    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
     std::vector<float> all = position_logits(engine, tokens, static_cast<size_t>(n_prefill));
     engine.cache().check_invariants();
     REQUIRE(engine.cache().pool().num_used() == 0);

@@ -5,7 +5,7 @@
 #include "cpu/cpu_kernels.h"
 #include "engine/engine.h"
 #include "fixtures.h"
-#include "models/llama_host.h"
+#include "models/decoder_host.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -43,7 +43,7 @@ TEST_CASE("cached decode equals a full recompute at every step", "[model][cache]
     for (const Fixture& f : load_fixtures()) {
         const Model model = load_model(f.model_dir);
         const auto cached = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill);
-        Engine engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), EngineOptions{});
+        Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), EngineOptions{});
         double worst = 0;
         for (size_t end = static_cast<size_t>(f.n_prefill); end < f.tokens.size(); ++end) {
             const SeqId fresh = engine.new_sequence();
@@ -87,7 +87,7 @@ TEST_CASE("sequences batched in one pass get the logits they get alone", "[model
     EngineOptions options;
     options.block_size = 4;
     options.num_blocks = 64;
-    Engine engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), options);
+    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
     // Sequence a is a whole prefill ahead of b: each step decodes a and prefills a chunk of b together.
     const SeqId a = engine.new_sequence(), b = engine.new_sequence();
     const size_t n_prefill = static_cast<size_t>(f.n_prefill);

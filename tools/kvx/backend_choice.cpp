@@ -7,7 +7,7 @@
 #include "cpu/cpu_kernels.h"
 #include "engine/error.h"
 #include "kernels/kernels.h"
-#include "models/llama_host.h"
+#include "models/decoder_host.h"
 
 namespace kvx::cli {
 namespace {
@@ -57,7 +57,7 @@ LoadedModel load_for_run(const RunOptions& options) {
     engine_options.context = options.context;
     engine_options.block_size = options.block_size;
     loaded.engine = std::make_unique<Engine>(loaded.model->config,
-                                             std::make_unique<LlamaHostBackend>(*loaded.model, kernels), engine_options);
+                                             std::make_unique<DecoderHostBackend>(*loaded.model, kernels), engine_options);
     return loaded;
 }
 

@@ -1,5 +1,6 @@
-// The Llama forward pass on host memory, computed by any KernelTable: the SIMD CPU kernels for speed, the
-// reference kernels as the oracle. Weights are used in place from the memory-mapped model.
+// The decoder forward pass (llama and gpt2 families) on host memory, computed by any KernelTable: the SIMD
+// CPU kernels for speed, the reference kernels as the oracle. Weights are used in place from the
+// memory-mapped model, in their stored dtype (f32 or f16).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +12,10 @@
 
 namespace kvx {
 
-class LlamaHostBackend final : public Backend {
+class DecoderHostBackend final : public Backend {
 public:
-    LlamaHostBackend(const Model& model, const KernelTable& kernels);
+    // Throws kvx::Error when the kernel table lacks a kernel this model needs.
+    DecoderHostBackend(const Model& model, const KernelTable& kernels);
 
     std::string name() const override { return kernels_.name; }
     void allocate_kv(int32_t num_blocks, int32_t block_size) override;
@@ -23,6 +25,9 @@ public:
 
 private:
     void ensure_scratch(int32_t n_rows);
+    void embed(const ForwardBatch& batch);
+    void linear(float* out, const float* x, const Linear& layer, int32_t n_rows);
+    void norm(float* out, const float* x, const Norm& weights, int32_t n_rows);
     void attention_block(int layer, const ForwardBatch& batch);
     void mlp_block(int layer, int32_t n_rows);
 
@@ -41,11 +46,12 @@ private:
     std::vector<float> k_;       // [n_rows][n_kv_heads][head_dim]
     std::vector<float> v_;       // [n_rows][n_kv_heads][head_dim]
     std::vector<float> att_;     // [n_rows][n_heads][head_dim] attention output before wo
-    std::vector<float> gate_;    // [n_rows][hidden_dim]
-    std::vector<float> up_;      // [n_rows][hidden_dim]
+    std::vector<float> gate_;    // [n_rows][hidden_dim] SwiGLU gate (llama)
+    std::vector<float> up_;      // [n_rows][hidden_dim] MLP inner activations
     std::vector<float> proj_;    // [n_rows][dim] output of wo / w_down before the residual add
-    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2]
-    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2]
+    std::vector<float> pos_row_; // [dim] one learned position embedding converted to fp32 (gpt2)
+    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2] (llama)
+    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2] (llama)
 };
 
 }  // namespace kvx

@@ -1,0 +1,193 @@
+#include "models/decoder_host.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/error.h"
+
+namespace kvx {
+
+DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& kernels)
+    : model_(model), kernels_(kernels) {
+    const bool gpt2 = model.config.architecture == Architecture::gpt2;
+    const bool f16 = model.config.weights_dtype == WeightDtype::f16;
+    const std::pair<bool, const char*> needs[] = {
+        {f16 && !kernels.matmul_f16, "matmul_f16 (fp16 weights)"},
+        {gpt2 && !kernels.layernorm, "layernorm"},
+        {gpt2 && !kernels.gelu_tanh, "gelu_tanh"},
+        {!kernels.add_bias, "add_bias"},
+    };
+    for (const auto& [missing, what] : needs)
+        if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
+}
+
+void DecoderHostBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
+    const ModelConfig& c = model_.config;
+    block_size_ = block_size;
+    block_floats_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
+    const size_t layer_floats = block_floats_ * static_cast<size_t>(num_blocks);
+    try {
+        k_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<float>(layer_floats, 0.0f));
+        v_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<float>(layer_floats, 0.0f));
+    } catch (const std::bad_alloc&) {
+        throw Error("cannot allocate the KV cache: " + std::to_string(num_blocks) + " blocks of " +
+                    std::to_string(kv_bytes_per_block()) + " bytes (lower -c)");
+    }
+}
+
+size_t DecoderHostBackend::kv_bytes_per_block() const {
+    return 2 * static_cast<size_t>(model_.config.n_layers) * block_floats_ * sizeof(float);
+}
+
+void DecoderHostBackend::copy_blocks(const std::vector<BlockCopy>& copies) {
+    for (size_t layer = 0; layer < k_cache_.size(); ++layer)
+        for (const BlockCopy& c : copies) {
+            const size_t src = static_cast<size_t>(c.src) * block_floats_, dst = static_cast<size_t>(c.dst) * block_floats_;
+            std::memcpy(&k_cache_[layer][dst], &k_cache_[layer][src], block_floats_ * sizeof(float));
+            std::memcpy(&v_cache_[layer][dst], &v_cache_[layer][src], block_floats_ * sizeof(float));
+        }
+}
+
+void DecoderHostBackend::ensure_scratch(int32_t n_rows) {
+    if (n_rows <= scratch_rows_) return;
+    const ModelConfig& c = model_.config;
+    const size_t n = static_cast<size_t>(n_rows);
+    x_.resize(n * c.dim);
+    xn_.resize(n * c.dim);
+    q_.resize(n * c.q_dim());
+    k_.resize(n * c.kv_dim());
+    v_.resize(n * c.kv_dim());
+    att_.resize(n * c.q_dim());
+    if (c.architecture == Architecture::llama) gate_.resize(n * c.hidden_dim);
+    up_.resize(n * c.hidden_dim);
+    proj_.resize(n * c.dim);
+    pos_row_.resize(c.dim);
+    rope_cos_.resize(n * c.head_dim / 2);
+    rope_sin_.resize(n * c.head_dim / 2);
+    scratch_rows_ = n_rows;
+}
+
+void DecoderHostBackend::attention_block(int layer, const ForwardBatch& batch) {
+    const ModelConfig& c = model_.config;
+    const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
+    const int32_t n = batch.n_rows();
+    norm(xn_.data(), x_.data(), w.attn_norm, n);
+    linear(q_.data(), xn_.data(), w.wq, n);
+    linear(k_.data(), xn_.data(), w.wk, n);
+    linear(v_.data(), xn_.data(), w.wv, n);
+    if (c.architecture == Architecture::llama) {
+        kernels_.rope(q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim);
+        kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
+    }
+
+    float* k_cache = k_cache_[static_cast<size_t>(layer)].data();
+    float* v_cache = v_cache_[static_cast<size_t>(layer)].data();
+    kernels_.kv_append(k_cache, v_cache, k_.data(), v_.data(), batch.slots.data(), n, c.n_kv_heads, c.head_dim,
+                       block_size_);
+
+    PagedAttentionArgs a;
+    a.q = q_.data();
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.block_tables = batch.block_tables.data();
+    a.row_seq = batch.row_seq.data();
+    a.row_pos = batch.positions.data();
+    a.out = att_.data();
+    a.n_rows = n;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.block_size = block_size_;
+    a.table_stride = batch.table_stride;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    kernels_.paged_attention(a);
+
+    linear(proj_.data(), att_.data(), w.wo, n);
+    kernels_.add(x_.data(), proj_.data(), int64_t{n} * c.dim);
+}
+
+void DecoderHostBackend::mlp_block(int layer, int32_t n) {
+    const ModelConfig& c = model_.config;
+    const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
+    const int64_t inner = int64_t{n} * c.hidden_dim;
+    norm(xn_.data(), x_.data(), w.ffn_norm, n);
+    linear(up_.data(), xn_.data(), w.w_up, n);
+    if (c.architecture == Architecture::llama) {
+        linear(gate_.data(), xn_.data(), w.w_gate, n);
+        kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
+    } else {
+        kernels_.gelu_tanh(up_.data(), up_.data(), inner);
+    }
+    linear(proj_.data(), up_.data(), w.w_down, n);
+    kernels_.add(x_.data(), proj_.data(), int64_t{n} * c.dim);
+}
+
+// out [n_rows][weight.rows] = x [n_rows][weight.cols] . weight^T (+ bias), in the weight's stored dtype.
+void DecoderHostBackend::linear(float* out, const float* x, const Linear& layer, int32_t n) {
+    const WeightMatrix& w = layer.weight;
+    const int k = static_cast<int>(w.cols), m = static_cast<int>(w.rows);
+    if (w.dtype == WeightDtype::f32)
+        kernels_.matmul(out, x, w.f32(), n, k, m);
+    else
+        kernels_.matmul_f16(out, x, w.f16(), n, k, m);
+    if (layer.bias) kernels_.add_bias(out, layer.bias, n, m);
+}
+
+void DecoderHostBackend::norm(float* out, const float* x, const Norm& weights, int32_t n) {
+    const ModelConfig& c = model_.config;
+    if (c.architecture == Architecture::llama)
+        kernels_.rmsnorm(out, x, weights.weight, n, c.dim, c.norm_eps);
+    else
+        kernels_.layernorm(out, x, weights.weight, weights.bias, n, c.dim, c.norm_eps);
+}
+
+// x [n_rows][dim] = the token's embedding (+ the learned position embedding for gpt2). Rotary models get
+// each row's cos/sin instead, shared by all layers: angle = position * inv_freq in fp32, as the ONNX graph
+// computes it.
+void DecoderHostBackend::embed(const ForwardBatch& batch) {
+    const ModelConfig& c = model_.config;
+    const int32_t n = batch.n_rows();
+    const size_t dim = static_cast<size_t>(c.dim);
+    for (int32_t r = 0; r < n; ++r) {
+        const int32_t token = batch.tokens[static_cast<size_t>(r)];  // range-checked by the engine
+        model_.tok_embeddings.row_to_f32(token, &x_[static_cast<size_t>(r) * dim]);
+    }
+    if (c.architecture == Architecture::gpt2) {
+        for (int32_t r = 0; r < n; ++r) {  // positions < context <= max_seq_len, checked by the engine
+            model_.pos_embeddings.row_to_f32(batch.positions[static_cast<size_t>(r)], pos_row_.data());
+            kernels_.add(&x_[static_cast<size_t>(r) * dim], pos_row_.data(), c.dim);
+        }
+        return;
+    }
+    const int half = c.head_dim / 2;
+    for (int32_t r = 0; r < n; ++r)
+        for (int i = 0; i < half; ++i) {
+            const float angle = static_cast<float>(batch.positions[static_cast<size_t>(r)]) * model_.rope_inv_freq[i];
+            rope_cos_[static_cast<size_t>(r * half + i)] = std::cos(angle);
+            rope_sin_[static_cast<size_t>(r * half + i)] = std::sin(angle);
+        }
+}
+
+void DecoderHostBackend::forward(const ForwardBatch& batch, float* logits) {
+    if (k_cache_.empty()) throw Error("internal: forward before allocate_kv");
+    const ModelConfig& c = model_.config;
+    const int32_t n = batch.n_rows();
+    ensure_scratch(n);
+    embed(batch);
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+        attention_block(layer, batch);
+        mlp_block(layer, n);
+    }
+
+    // Only the rows whose logits are wanted go through the final norm and the classifier, the largest
+    // matrix of a small model.
+    const size_t dim = static_cast<size_t>(c.dim);
+    const int32_t n_out = static_cast<int32_t>(batch.logit_rows.size());
+    for (int32_t i = 0; i < n_out; ++i)
+        std::memcpy(&proj_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(batch.logit_rows[static_cast<size_t>(i)]) * dim],
+                    dim * sizeof(float));
+    norm(xn_.data(), proj_.data(), model_.final_norm, n_out);
+    linear(logits, xn_.data(), Linear{model_.classifier, nullptr}, n_out);
+}
+
+}  // namespace kvx
