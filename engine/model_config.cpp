@@ -83,6 +83,19 @@ ModelConfig load_model_config(const std::string& model_dir) {
         if (c.tokenizer_type != "llama2c")
             throw Error("model config '" + path + "': unsupported tokenizer type '" + c.tokenizer_type + "'");
     }
+    if (j.contains("chat") && j["chat"].is_object()) {
+        const json& chat = j["chat"];
+        c.has_chat = true;
+        c.chat.template_file = chat.value("template_file", "");
+        if (chat.contains("format") && chat["format"].is_string()) c.chat.format = chat["format"].get<std::string>();
+        c.chat.unsupported_reason = chat.value("unsupported", "");
+        if (chat.contains("default_system") && chat["default_system"].is_string()) {
+            c.chat.has_default_system = true;
+            c.chat.default_system = chat["default_system"].get<std::string>();
+        }
+        if (!c.chat.format.empty() && c.chat.format != "chatml")
+            throw Error("model config '" + path + "': unknown chat format '" + c.chat.format + "' (kvx applies 'chatml')");
+    }
     return c;
 }
 

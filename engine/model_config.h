@@ -17,6 +17,17 @@ enum class Architecture { llama, gpt2 };
 // frequencies) are always f32.
 enum class WeightDtype { f32, f16 };
 
+// How to turn a conversation into tokens. The converter renders the model's Jinja chat template with
+// jinja2 on probe conversations and records the format when the output matches one kvx knows
+// (tools/convert/chat_template.py); kvx never interprets Jinja itself.
+struct ChatConfig {
+    std::string template_file;       // the template as the model ships it, relative to the model directory
+    std::string format;              // "chatml", or empty when the template is not one kvx can apply
+    std::string unsupported_reason;  // why not, when format is empty
+    bool has_default_system = false; // the template inserts a system message when the conversation has none
+    std::string default_system;
+};
+
 struct ModelConfig {
     Architecture architecture = Architecture::llama;
     int dim = 0;               // residual stream width
@@ -35,6 +46,8 @@ struct ModelConfig {
     WeightDtype weights_dtype = WeightDtype::f32;
     std::string tokenizer_type;  // "llama2c", or empty when the model has no tokenizer
     std::string tokenizer_file;  // relative to the model directory
+    bool has_chat = false;       // the model came with a chat template
+    ChatConfig chat;
 
     int q_dim() const { return n_heads * head_dim; }
     int kv_dim() const { return n_kv_heads * head_dim; }

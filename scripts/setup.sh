@@ -21,7 +21,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, safetensors" 2>/dev/null; then
+# Reinstall whenever tools/requirements.txt changed since the last install (a copy is kept in the venv).
+if ! cmp -s tools/requirements.txt .venv/kvx-requirements.txt; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
+  cp tools/requirements.txt .venv/kvx-requirements.txt
 fi

@@ -1,7 +1,6 @@
 // kvx generate: text in, text out, streamed, with prefill and decode speed on stderr at the end.
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "backend_choice.h"
@@ -9,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
+#include "sampling_options.h"
 
 namespace kvx::cli {
 namespace {
@@ -18,8 +18,7 @@ struct GenerateOptions {
     std::string prompt;
     std::string prompt_file;
     int n_new = 256;
-    SamplerOptions sampling;
-    int64_t seed = -1;
+    SamplingFlags sampling;
 };
 
 std::string read_file(const std::string& path) {
@@ -43,8 +42,7 @@ void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
 
 void run_generate(const GenerateOptions& o) {
     std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
-    SamplerOptions sampling = o.sampling;
-    sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+    const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
 
     LoadedModel loaded = load_for_run(o.run);
@@ -74,11 +72,7 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file")->excludes(prompt);
     cmd->add_option("-n,--n-new", o->n_new, "New tokens to generate; -1 = until a stop token or the context is full")
         ->capture_default_str();
-    cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-    cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = all")->capture_default_str();
-    cmd->add_option("--top-p", o->sampling.top_p, "Keep the smallest set of tokens with this much probability; 1 = all")
-        ->capture_default_str();
-    cmd->add_option("-s,--seed", o->seed, "Random seed; -1 = a random one (printed at the end)")->capture_default_str();
+    add_sampling_options(*cmd, o->sampling);
     cmd->callback([o] { run_generate(*o); });
 }
 

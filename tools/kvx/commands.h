@@ -6,6 +6,7 @@
 namespace kvx::cli {
 
 void add_generate_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);

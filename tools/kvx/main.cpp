@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "kvx 0.1.0");
     kvx::cli::add_generate_command(app);
+    kvx::cli::add_chat_command(app);
     kvx::cli::add_logits_command(app);
     kvx::cli::add_convert_command(app);
     kvx::cli::add_tokenize_command(app);
@@ -18,7 +19,7 @@ int main(int argc, char** argv) {
         return false;
     };
     if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
-        std::fprintf(stderr, "kvx: unknown command '%s' (commands: generate, logits, tokenize, convert; see --help)\n",
+        std::fprintf(stderr, "kvx: unknown command '%s' (commands: generate, chat, logits, tokenize, convert; see --help)\n",
                      argv[1]);
         return 2;
     }

@@ -1,0 +1,149 @@
+// kvx chat: an interactive conversation with an instruct model. One line of input is one user message
+// (typed, or piped for scripts and tests); the answer streams to stdout. The conversation's KV cache lives
+// for the whole session, so each turn prefills only its own new tokens; the stats on stderr show it.
+//
+// Ctrl-C stops the current answer and returns to the prompt; a second Ctrl-C (or one at the prompt), or the
+// end of input, ends the session with its stats.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "backend_choice.h"
+#include "commands.h"
+#include "engine/chat_session.h"
+#include "engine/error.h"
+#include "engine/tokenizer.h"
+#include "sampling_options.h"
+
+namespace kvx::cli {
+namespace {
+
+struct ChatOptions {
+    RunOptions run;
+    SamplingFlags sampling;
+    int n_new = -1;
+    std::string system;
+    bool system_given = false;
+    bool verbose = false;
+};
+
+std::atomic<int> g_interrupts{0};  // Ctrl-C presses; lock-free, so the signal handler may touch it
+
+extern "C" void count_interrupt(int) { g_interrupts.fetch_add(1, std::memory_order_relaxed); }
+
+// No SA_RESTART: a Ctrl-C while waiting for input makes the read fail, which ends the session.
+void install_interrupt_handler() {
+    struct sigaction action {};
+    action.sa_handler = count_interrupt;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;
+    sigaction(SIGINT, &action, nullptr);
+}
+
+struct SessionTotals {
+    int32_t prefilled = 0;
+    int32_t generated = 0;
+    double prefill_seconds = 0;
+    double decode_seconds = 0;
+    int32_t decode_steps = 0;
+};
+
+double per_second(double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; }
+
+void print_turn_stats(int turn, const GenerationStats& s) {
+    std::fprintf(stderr, "kvx: turn %d: prefill %d new tokens in %.3f ms (%.1f tokens/s), %d already in the cache "
+                         "not recomputed\n",
+                 turn, s.prompt_tokens, s.prefill_seconds * 1e3, per_second(s.prompt_tokens, s.prefill_seconds),
+                 s.cached_tokens);
+    std::fprintf(stderr, "kvx: turn %d: answered %d tokens, %d decode steps in %.3f ms (%.1f tokens/s)%s\n", turn,
+                 s.generated_tokens, s.decode_steps, s.decode_seconds * 1e3, per_second(s.decode_steps, s.decode_seconds),
+                 s.interrupted ? ", interrupted" : "");
+}
+
+void print_session_stats(const ChatSession& chat, const Engine& engine, const SessionTotals& t, uint64_t seed) {
+    const KvCacheManager& cache = engine.cache();
+    std::fprintf(stderr, "kvx: chat: %d turns, conversation %d tokens of a %d-token context; prefilled %d tokens "
+                         "in %.3f ms, generated %d tokens in %.3f ms (%.1f tokens/s)\n",
+                 chat.turns(), chat.conversation_tokens(), engine.context(), t.prefilled, t.prefill_seconds * 1e3,
+                 t.generated, t.decode_seconds * 1e3, per_second(t.decode_steps, t.decode_seconds));
+    std::fprintf(stderr, "kvx: KV cache %d of %d blocks of %d tokens, %zu bytes; seed %llu\n", cache.pool().num_used(),
+                 cache.pool().num_blocks(), cache.block_size(),
+                 static_cast<size_t>(cache.pool().num_used()) * engine.kv_bytes_per_block(),
+                 static_cast<unsigned long long>(seed));
+}
+
+void print_tokens(int turn, const std::vector<int32_t>& tokens) {
+    std::fprintf(stderr, "kvx: turn %d tokens:", turn);
+    for (int32_t t : tokens) std::fprintf(stderr, " %d", t);
+    std::fputc('\n', stderr);
+}
+
+void run_chat(const ChatOptions& o) {
+    const SamplerOptions sampling = resolve_sampling(o.sampling);
+    Sampler sampler(sampling);  // validates the sampling flags before the model loads
+    if (o.n_new < -1) throw Error("-n must be -1 (until the end of the answer) or >= 0");
+
+    LoadedModel loaded = load_for_run(o.run);
+    const ModelConfig& config = loaded.model->config;
+    const auto tokenizer = load_tokenizer(loaded.model->dir, config);
+    ChatSession chat(*loaded.engine, config, *tokenizer,
+                     o.system_given ? std::optional<std::string>(o.system) : std::nullopt);
+
+    install_interrupt_handler();
+    const bool interactive = isatty(STDIN_FILENO) != 0;
+    SessionTotals totals;
+    std::string line;
+    for (;;) {
+        if (interactive) {
+            std::fputs("> ", stdout);
+            std::fflush(stdout);
+        }
+        const int interrupts_before = g_interrupts.load();
+        if (!std::getline(std::cin, line) || g_interrupts.load() != interrupts_before) break;
+        if (line.empty()) continue;
+
+        GenerationOptions generation;
+        generation.max_new_tokens = o.n_new;
+        generation.stop_token_ids = config.eos_token_ids;
+        generation.interrupted = [interrupts_before] { return g_interrupts.load() != interrupts_before; };
+        const int turn = chat.turns() + 1;
+        if (o.verbose) print_tokens(turn, chat.turn_tokens(line));
+        const GenerationStats s = chat.reply(line, sampler, generation, [](std::string_view text) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+        });
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        print_turn_stats(turn, s);
+        totals.prefilled += s.prompt_tokens;
+        totals.generated += s.generated_tokens;
+        totals.prefill_seconds += s.prefill_seconds;
+        totals.decode_seconds += s.decode_seconds;
+        totals.decode_steps += s.decode_steps;
+        if (g_interrupts.load() - interrupts_before >= 2) break;  // a second Ctrl-C during the answer
+    }
+    if (interactive) std::fputc('\n', stdout);
+    print_session_stats(chat, *loaded.engine, totals, sampling.seed);
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+    auto o = std::make_shared<ChatOptions>();
+    CLI::App* cmd = app.add_subcommand("chat", "Chat with an instruct model; one input line per message");
+    add_run_options(*cmd, o->run);
+    add_sampling_options(*cmd, o->sampling);
+    cmd->add_option("-n,--n-new", o->n_new, "Most tokens per answer; -1 = until the end of the answer or the context")
+        ->capture_default_str();
+    cmd->add_option("--system", o->system, "System message (default: the chat template's own, if any; \"\" = none)")
+        ->each([o](const std::string&) { o->system_given = true; });
+    cmd->add_flag("--verbose", o->verbose, "Print the tokens each turn appends to the cache (stderr)");
+    cmd->callback([o] { run_chat(*o); });
+}
+
+}  // namespace kvx::cli
