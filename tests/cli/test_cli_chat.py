@@ -1,0 +1,81 @@
+"""kvx chat with SmolLM2-135M-Instruct, input piped: two turns, greedy.
+
+Independent references: jinja2 renders the model's own chat template (as HF transformers'
+apply_chat_template does) and HF `tokenizers` encodes it. The test checks that each turn appends exactly
+the tokens of what the template adds for that turn, and that the second turn's prefill covers only those
+new tokens while the whole first turn stays in the cache."""
+import json
+import os
+import re
+import subprocess
+import unittest
+
+from kvx_cli import KVX
+
+SMOLLM2 = os.environ.get("KVX_SMOLLM2_DIR", "")
+QUESTIONS = ["What is the capital of France?", "And of Italy? Answer in one word."]
+
+
+def render(template, messages):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(messages=messages, add_generation_prompt=True)
+
+
+@unittest.skipUnless(SMOLLM2 and os.path.exists(os.path.join(SMOLLM2, "config.json")),
+                     "SmolLM2 is not available (KVX_SMOLLM2_DIR unset or empty): see docs/testing.md")
+class ChatWithSmolLM2(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from tokenizers import Tokenizer
+        config = json.load(open(os.path.join(SMOLLM2, "config.json")))
+        cls.template = open(os.path.join(SMOLLM2, config["chat"]["template_file"])).read()
+        cls.hf = Tokenizer.from_file(os.path.join(SMOLLM2, config["tokenizer"]["file"]))
+        proc = subprocess.run([KVX, "chat", "-m", SMOLLM2, "--temp", "0", "-n", "200", "-c", "1024", "--verbose"],
+                              input="\n".join(QUESTIONS) + "\n", capture_output=True, text=True, timeout=600)
+        cls.proc = proc
+        cls.stderr = proc.stderr
+        print(proc.stdout)
+        print(proc.stderr)
+
+    def turn_tokens(self, turn):
+        m = re.search(rf"^kvx: turn {turn} tokens:((?: -?\d+)*)$", self.stderr, re.M)
+        self.assertIsNotNone(m, self.stderr)
+        return [int(t) for t in m.group(1).split()]
+
+    def stat(self, pattern):
+        m = re.search(pattern, self.stderr, re.M)
+        self.assertIsNotNone(m, f"{pattern!r} not in {self.stderr}")
+        return [int(g) for g in m.groups()]
+
+    def test_exits_cleanly_with_two_answers(self):
+        self.assertEqual(self.proc.returncode, 0, self.stderr)
+        self.assertRegex(self.stderr, r"kvx: chat: 2 turns")
+
+    def test_first_turn_is_the_rendered_template(self):
+        text = render(self.template, [{"role": "user", "content": QUESTIONS[0]}])
+        self.assertEqual(self.turn_tokens(1), self.hf.encode(text, add_special_tokens=False).ids)
+
+    def test_second_turn_appends_only_what_the_template_adds(self):
+        # The cache holds turn 1's tokens and the answer's tokens; the template renders the answer text,
+        # so what turn 2 must add is the rendering of the longer conversation after that answer.
+        answered, = self.stat(r"^kvx: turn 1: answered (\d+) tokens")
+        first = self.turn_tokens(1)
+        second = self.turn_tokens(2)
+        rendered_first = render(self.template, [{"role": "user", "content": QUESTIONS[0]}])
+        # The answer text is whatever the model said (a placeholder here): the template closes it with
+        # <|im_end|>, and what follows is what turn 2 must append.
+        messages = [{"role": "user", "content": QUESTIONS[0]}, {"role": "assistant", "content": "\x00"},
+                    {"role": "user", "content": QUESTIONS[1]}]
+        rendered = render(self.template, messages)
+        after_answer = rendered[rendered.index("\x00") + 1:]
+        self.assertTrue(rendered.startswith(rendered_first))
+        self.assertEqual(second, self.hf.encode(after_answer, add_special_tokens=False).ids)
+        # Turn 2 prefilled exactly its own tokens; everything before stayed in the cache.
+        prefilled, cached = self.stat(r"^kvx: turn 2: prefill (\d+) new tokens .*?, (\d+) already in the cache")
+        self.assertEqual(prefilled, len(second))
+        self.assertEqual(cached, len(first) + answered)  # the answer ended at <|im_end|>, all fed
+
+
+if __name__ == "__main__":
+    unittest.main()
