@@ -59,7 +59,8 @@ TEST_CASE("cached decode equals a full recompute at every step", "[model][cache]
 
 TEST_CASE("every block size gives the logits of block size 16", "[model][cache]") {
     const KernelTable& kernels = cpu::cpu_kernels(cpu::best_simd_level());
-    for (const std::string name : {"stories260K", "rand_hd80_gqa1_l1_v257_ext", "rand_hd24_gqa4_l3_v301_untied"}) {
+    for (const std::string name : {"stories260K", "rand_hd80_gqa1_l1_v257_ext", "rand_hd24_gqa4_l3_v301_untied",
+                                   "rand_gpt2_hd24_l3_v263_ctx65", "ortgenai_gpt2_l5_v1000"}) {
         const Fixture f = load_fixture(name);
         const Model model = load_model(f.model_dir);
         const auto base = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill, 16);
@@ -78,7 +79,9 @@ TEST_CASE("every block size gives the logits of block size 16", "[model][cache]"
 
 TEST_CASE("sequences batched in one pass get the logits they get alone", "[model][batch]") {
     const KernelTable& kernels = cpu::cpu_kernels(cpu::best_simd_level());
-    const Fixture f = load_fixture("stories260K");
+    const std::string name = GENERATE(as<std::string>(), "stories260K", "rand_gpt2_hd8_l6_v1001_untied_ext");
+    INFO(name);
+    const Fixture f = load_fixture(name);
     const Model model = load_model(f.model_dir);
     const auto alone = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill, 4);
     const size_t vocab = static_cast<size_t>(f.vocab);

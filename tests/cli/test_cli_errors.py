@@ -26,6 +26,9 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["generate", "-n", "-5"], "-n must be")
         self.assert_fails(["generate", "--simd", "bogus"], "unknown --simd 'bogus'")
         self.assert_fails(["generate", "-p", "x", "-f", "y"], "excludes")
+        self.assert_fails(["generate", "-p", "x", "--tokens", "1"], "excludes")
+        self.assert_fails(["generate", "--tokens", "1,x"], "'x' is not a token id")
+        self.assert_fails(["generate", "--tokens", "1,512", "-n", "3"], "token id 512 is outside the vocabulary of 512")
         self.assert_fails(["logits", "--tokens", "1,2"], "--output")
         self.assert_fails(["logits", "--tokens", "1,x", "-o", "a.npy"], "'x' is not a token id")
         self.assert_fails(["logits", "--tokens", "1,2", "--n-prefill", "3", "-o", "a.npy"], "--n-prefill 3 exceeds")
@@ -54,7 +57,7 @@ class ErrorsTest(unittest.TestCase):
 
     def test_help_documents_every_flag(self):
         expected = {
-            "generate": ["-m", "-p", "-f", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
+            "generate": ["-m", "-p", "-f", "--tokens", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
                          "--block-size", "--simd"],
             "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd"],
             "convert": ["-o", "--tokenizer", "--max-seq-len"],

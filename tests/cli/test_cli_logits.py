@@ -30,6 +30,10 @@ class LogitsTest(unittest.TestCase):
         self.check_fixture("stories260K")
         self.check_fixture("stories260K", "--block-size", "1", "-t", "1")
 
+    def test_gpt2(self):
+        self.check_fixture("rand_gpt2_hd8_l6_v1001_untied_ext")
+        self.check_fixture("ortgenai_gpt2_l5_v1000", "--block-size", "1")
+
     def test_prompt_instead_of_tokens(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "logits.npy")

@@ -18,6 +18,8 @@ STORIES_TOKENIZER = REPO / "models" / "stories260K" / "tok512.bin"
 sys.path[:0] = [str(TOOLS / "export"), str(TOOLS / "convert"), str(TOOLS / "fixtures"),
                 str(Path(__file__).resolve().parent)]
 
+from ort_reference import open_session, reference_logits  # noqa: E402  (found through the path above)
+
 
 def run_tool(script, *args):
     """Runs tools/SCRIPT with args; returns the CompletedProcess (text output captured)."""
@@ -83,3 +85,27 @@ def give_initializers_lying_names(model, seed=0):
         copy.CopyFrom(model.graph.initializer[int(k)])
     del model.graph.initializer[:]
     model.graph.initializer.extend(tensors)
+
+
+def graph_io_dims(model):
+    """({input name: dims}, {output name: dims}) of an ONNX model, symbolic dims by their names."""
+    def dims(value_info):
+        return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+    return {i.name: dims(i) for i in model.graph.input}, {o.name: dims(o) for o in model.graph.output}
+
+
+def assert_left_padding_is_masked(testcase, onnx_path, n_kv_heads, head_dim):
+    """A left-padded row of a batch gives the logits of the same tokens run alone (HF/optimum interface)."""
+    session = open_session(onnx_path)
+    tokens, pad = np.array([11, 22, 33, 44, 55], dtype=np.int64), 2
+    empty = {i.name: np.zeros((2, n_kv_heads, 0, head_dim), np.float32) for i in session.get_inputs()
+             if i.name.startswith("past_key_values.")}
+    batch = {
+        "input_ids": np.stack([np.r_[[0] * pad, tokens], np.r_[tokens, [7, 8]]]),
+        "attention_mask": np.array([[0] * pad + [1] * 5, [1] * 7], dtype=np.int64),
+        "position_ids": np.stack([np.r_[[0] * pad, np.arange(5)], np.arange(7)]),
+        **empty,
+    }
+    padded = session.run(["logits"], batch)[0][0, pad:]
+    alone = reference_logits(onnx_path, tokens, n_prefill=5, session=session)
+    np.testing.assert_allclose(padded, alone, atol=1e-5, rtol=0)

@@ -10,8 +10,9 @@ import numpy as np
 import onnx
 
 # kvx_test_support first: it puts the tools' folders on sys.path.
-from kvx_test_support import STORIES_TOKENIZER, export_random, export_stories
-from ort_reference import greedy_tokens, open_session, reference_logits
+from kvx_test_support import (STORIES_TOKENIZER, assert_left_padding_is_masked, export_random, export_stories,
+                              graph_io_dims)
+from ort_reference import greedy_tokens, reference_logits
 
 # What llama2.c's run.c prints for stories260K at temperature 0 with 256 steps from BOS: the 256 tokens
 # after BOS. (Copied from models' golden_greedy_n256_runc.txt; MIT, A. Karpathy.)
@@ -70,10 +71,7 @@ class ExportedGraphs(unittest.TestCase):
         self.assertEqual({n.domain for n in model.graph.node}, {""})
         self.assertLessEqual({n.op_type for n in model.graph.node}, HF_STYLE_OPS)
         self.assertEqual({p.key: p.value for p in model.metadata_props}, {"max_position_embeddings": "512"})
-        inputs = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
-                  for i in model.graph.input}
-        outputs = {o.name: [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]
-                   for o in model.graph.output}
+        inputs, outputs = graph_io_dims(model)
         self.assertEqual(inputs["input_ids"], ["batch_size", "sequence_length"])
         self.assertEqual(inputs["attention_mask"], ["batch_size", "total_sequence_length"])
         self.assertEqual(inputs["position_ids"], ["batch_size", "sequence_length"])
@@ -93,21 +91,7 @@ class ExportedGraphs(unittest.TestCase):
         np.testing.assert_allclose(with_cache, one_pass, atol=1e-5, rtol=0)
 
     def test_padding_is_masked(self):
-        """A left-padded row of a batch gives the logits of the same tokens run alone."""
-        session = open_session(self.gqa)
-        tokens = np.array([11, 22, 33, 44, 55], dtype=np.int64)
-        pad = 2
-        empty = {i.name: np.zeros((2, 2, 0, 12), np.float32) for i in session.get_inputs()
-                 if i.name.startswith("past_key_values.")}
-        batch = {
-            "input_ids": np.stack([np.r_[[0] * pad, tokens], np.r_[tokens, [7, 8]]]),
-            "attention_mask": np.array([[0] * pad + [1] * 5, [1] * 7], dtype=np.int64),
-            "position_ids": np.stack([np.r_[[0] * pad, np.arange(5)], np.arange(7)]),
-            **empty,
-        }
-        padded = session.run(["logits"], batch)[0][0, pad:]
-        alone = reference_logits(self.gqa, tokens, n_prefill=5, session=session)
-        np.testing.assert_allclose(padded, alone, atol=1e-5, rtol=0)
+        assert_left_padding_is_masked(self, self.gqa, n_kv_heads=2, head_dim=12)
 
     def test_external_data_holds_the_weights(self):
         external = export_stories(self.tmp / "ext" / "stories.onnx", "--external-data")

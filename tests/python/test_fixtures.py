@@ -10,7 +10,7 @@ import numpy as np
 
 # kvx_test_support first: it puts the tools' folders on sys.path.
 from kvx_test_support import run_ok
-from make_fixtures import FIXTURE_NAMES, N_DECODE, N_PREFILL, RANDOM_FIXTURES
+from make_fixtures import FIXTURE_NAMES, N_DECODE, N_PREFILL, ONNX_FIXTURES, RANDOM_FIXTURES, RANDOM_GPT2_FIXTURES
 from ort_reference import reference_logits
 
 
@@ -61,13 +61,24 @@ class Fixtures(unittest.TestCase):
     def test_the_set_covers_the_awkward_cases(self):
         stories = dict(head_dim=8, heads=8, kv_heads=4, vocab=512, layers=5)
         recipes = [stories, *RANDOM_FIXTURES.values()]
-        self.assertEqual(FIXTURE_NAMES, ["stories260K", *RANDOM_FIXTURES])
+        self.assertEqual(FIXTURE_NAMES, ["stories260K", *RANDOM_FIXTURES, *RANDOM_GPT2_FIXTURES, *ONNX_FIXTURES])
         self.assertLessEqual({8, 24, 80}, {r["head_dim"] for r in recipes})
         self.assertLessEqual({1, 2, 4, 8}, {r["heads"] // r["kv_heads"] for r in recipes})
         self.assertGreaterEqual(sum(r["vocab"] % 8 != 0 for r in recipes), 3)
         self.assertLessEqual({1, 12}, {r["layers"] for r in recipes})
         self.assertTrue(any(r.get("untied") for r in recipes))
         self.assertTrue(any(r.get("external_data") for r in recipes))
+
+    def test_the_gpt2_set_covers_the_awkward_cases(self):
+        recipes = RANDOM_GPT2_FIXTURES.values()
+        self.assertLessEqual({8, 24}, {r["head_dim"] for r in recipes})
+        self.assertTrue(any(r["dim"] != r["heads"] * r["head_dim"] for r in recipes))
+        self.assertTrue(all(r["vocab"] % 8 for r in recipes))
+        # A position table exactly as long as the tokens (its last row used) and one row longer.
+        self.assertEqual({r["max_seq_len"] - N_PREFILL - N_DECODE for r in recipes}, {0, 1})
+        for flag in ("untied", "external_data", "no_position_ids"):
+            self.assertTrue(any(r.get(flag) for r in recipes), flag)
+        self.assertTrue(all(path.is_file() for path in ONNX_FIXTURES.values()))
 
 
 if __name__ == "__main__":

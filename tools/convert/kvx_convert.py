@@ -3,8 +3,9 @@
 
   python3 tools/convert/kvx_convert.py MODEL.onnx -o MODEL_DIR [--tokenizer tok.bin] [--max-seq-len N]
 
-Weights are found by following the graph from the embedding Gather along the residual stream, not by
-initializer names. Anything the converter cannot map stops it with exit code 1 and one line on stderr.
+Weights are found by following the graph from the embedding along the residual stream, not by initializer
+names; the structure there tells Llama from GPT-2 (graph_mapper.py). Anything the converter cannot map
+stops it with exit code 1 and one line on stderr.
 """
 
 import argparse
@@ -13,8 +14,8 @@ from pathlib import Path
 
 from convert_errors import ConvertError
 from graph_index import GraphIndex
+from graph_mapper import map_graph
 from llama2c_tokenizer import check_llama2c_tokenizer
-from llama_mapper import map_llama
 from kvx_writer import kvx_config, write_model_dir
 from onnx_loading import check_onnx_model, load_onnx_model
 from op_support import check_supported_ops
@@ -22,23 +23,28 @@ from op_support import check_supported_ops
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
 
-def max_seq_len_of(model, override):
-    """--max-seq-len if given, else the model's max_position_embeddings metadata. RoPE graphs carry no
-    length limit of their own, so with neither there is no safe value to pick."""
+def max_seq_len_of(model, override, n_positions=None):
+    """--max-seq-len if given, else the model's max_position_embeddings metadata, else the rows of its
+    learned position embedding (n_positions; None for RoPE models). A learned table bounds the context.
+    RoPE graphs carry no length limit of their own, so with neither there is no safe value to pick."""
+    props = {p.key: p.value for p in model.metadata_props}
     if override is not None:
         value, origin = override, "--max-seq-len"
-    else:
-        props = {p.key: p.value for p in model.metadata_props}
-        if MAX_SEQ_LEN_METADATA not in props:
-            raise ConvertError(f"the model has no '{MAX_SEQ_LEN_METADATA}' metadata; "
-                               "give the context length with --max-seq-len N")
+    elif MAX_SEQ_LEN_METADATA in props:
         value, origin = props[MAX_SEQ_LEN_METADATA], f"metadata '{MAX_SEQ_LEN_METADATA}'"
+    elif n_positions is not None:
+        return n_positions
+    else:
+        raise ConvertError(f"the model has no '{MAX_SEQ_LEN_METADATA}' metadata; "
+                           "give the context length with --max-seq-len N")
     try:
         value = int(value)
     except ValueError:
         raise ConvertError(f"{origin} is not an integer: {value!r}") from None
     if value <= 0:
         raise ConvertError(f"{origin} must be positive, got {value}")
+    if n_positions is not None and value > n_positions:
+        raise ConvertError(f"{origin} is {value}, but the position embedding has only {n_positions} rows")
     return value
 
 
@@ -47,8 +53,11 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None):
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path)
-    seq_len = max_seq_len_of(model, max_seq_len)
-    mapped = map_llama(GraphIndex(model.graph))
+    mapped = map_graph(GraphIndex(model.graph))
+    positions = mapped.tensors.get("pos_embeddings")
+    seq_len = max_seq_len_of(model, max_seq_len, None if positions is None else positions.shape[0])
+    if positions is not None:
+        mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
     if tokenizer_path is not None:
         check_llama2c_tokenizer(tokenizer_path, mapped.hyperparameters["vocab_size"])
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, tokenizer_path is not None,
@@ -66,7 +75,8 @@ def main(argv=None):
     parser.add_argument("-o", "--output", required=True, help="model directory to write")
     parser.add_argument("--tokenizer", help="llama2.c tokenizer.bin to copy into the directory")
     parser.add_argument("--max-seq-len", type=int, help="context length, when the model has no "
-                                                        "max_position_embeddings metadata (overrides it)")
+                                                        "max_position_embeddings metadata (overrides it; "
+                                                        "GPT-2: at most the position table's rows)")
     args = parser.parse_args(argv)
     try:
         convert(args.model, args.output, args.tokenizer, args.max_seq_len)

@@ -37,7 +37,7 @@ def kvx_config(architecture, hyperparameters, max_seq_len, has_tokenizer, onnx_n
         "vocab_size": int(h["vocab_size"]),
         "max_seq_len": int(max_seq_len),
         "norm_eps": _json_float32(h["norm_eps"]),
-        "rope_style": h["rope_style"],
+        "rope_style": h.get("rope_style"),  # null for gpt2: learned positions, no RoPE
         "tied_embeddings": bool(h["tied_embeddings"]),
         # The llama2.c ids are written without a tokenizer too, so that the field keeps one type.
         "bos_token_id": LLAMA2C_BOS,

@@ -5,31 +5,35 @@ Extending: add the op here, and teach a matcher in the *_patterns modules what i
 """
 
 from convert_errors import ConvertError, node_label
+from patterns_ortgenai_gpt2 import MS_DOMAIN, ORTGENAI_GPT2_OPS
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
-# Standard ops that torch.onnx.export emits for HF Llama: the computation proper plus the shape and
+# Standard ops that torch.onnx.export emits for HF Llama and GPT-2: the computation proper plus the shape and
 # mask arithmetic around it, which the engine does itself and the converter therefore only walks past.
 SUPPORTED_DEFAULT_OPS = frozenset({
     # computation that maps onto kvx weights and kernels
     "Gather", "MatMul", "Pow", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Div", "Mul", "Neg",
-    "Cos", "Sin", "Softmax", "Sigmoid",
+    "Cos", "Sin", "Softmax", "Sigmoid", "LayerNormalization", "Tanh",
     # tensor plumbing
-    "Reshape", "Transpose", "Slice", "Concat", "Unsqueeze", "Squeeze", "Expand", "Identity", "Cast",
+    "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Expand", "Identity", "Cast",
     # shape and mask arithmetic
     "Shape", "Constant", "ConstantOfShape", "Range", "Sub", "Where", "Equal", "Less", "LessOrEqual",
     "Greater", "GreaterOrEqual", "And", "Or", "Not", "Trilu", "Min", "Max",
 })
+
+# Fused operators of other domains, (domain, op type): ONNX Runtime's that a pattern module maps.
+SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS)
 
 
 def check_supported_ops(graph):
     """Raises for the first unsupported node, looking at non-standard domains first: in graphs with
     fused operators those are what needs support, not the plumbing around them."""
     for node in graph.node:
-        if node.domain not in DEFAULT_DOMAINS:
+        if node.domain not in DEFAULT_DOMAINS and (node.domain, node.op_type) not in SUPPORTED_FUSED_OPS:
             raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
                                f"(op type {node.op_type}, domain {node.domain})")
     for node in graph.node:
-        if node.op_type not in SUPPORTED_DEFAULT_OPS:
+        if node.domain in DEFAULT_DOMAINS and node.op_type not in SUPPORTED_DEFAULT_OPS:
             raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
                                f"(op type {node.op_type})")

@@ -6,7 +6,8 @@ by name:
   key:   split into heads -> RoPE -> Concat(past key input, .) = a graph output (present key)
   value: split into heads ->         Concat(past value input, .) = a graph output (present value)
 Then the core is checked: scores scaled by 1/sqrt(head_dim) (as kvx computes them), mask Add, Softmax,
-MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Add.
+MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Add. GPT-2's matcher
+(patterns_fused_qkv.py) shares the core and the head splitting.
 """
 
 from dataclasses import dataclass
@@ -63,38 +64,44 @@ def match_attention(ix, normed, residual, after):
     if not np.array_equal(q.rope.inv_freq, k.rope.inv_freq):
         raise cannot_map(k.matmul, "the same RoPE frequencies for Q and K")
 
-    probs = _match_scores(ix, q, k)
-    pv = _sole_matmul_reading(ix, probs, ix.producer(probs), "Softmax(scores) @ V")
-    if ix.trace_back(pv.input[1], REPEAT_KV_OPS) != v.end:
-        raise cannot_map(pv, f"probabilities times the cached values '{v.end}'")
-    o_proj = _match_merge_heads(ix, pv)
+    o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul)
     return Attention(
         wq=linear_weight(ix, q.matmul), wk=linear_weight(ix, k.matmul), wv=linear_weight(ix, v.matmul),
         wo=linear_weight(ix, o_proj), n_heads=q.n_heads, n_kv_heads=k.n_heads, head_dim=q.head_dim,
         inv_freq=q.rope.inv_freq, output=residual_add(ix, residual, o_proj.output[0], o_proj))
 
 
-def _split_heads(ix, matmul):
-    """Follows MatMul -> Reshape [b, s, heads, head_dim] -> Transpose [b, heads, s, head_dim].
-    Returns (heads, head_dim, transposed tensor)."""
-    out_features = linear_weight(ix, matmul).shape[1]
-    reshape = ix.sole_consumer(matmul.output[0], "Reshape", matmul,
-                               "Reshape to [batch, seq, heads, head_dim]")
+def match_attention_core(ix, query, key, value, head_dim, blame):
+    """What follows the projections: Softmax(query K^T / sqrt(head_dim) + mask) V, heads merged, into
+    the output projection. query, key, value: [b, heads, s or t, head_dim] tensors, key and value the
+    cached ones where the graph has a cache; blame: the node to name when there is no Q K^T. Returns the
+    output projection's MatMul."""
+    probs = _match_scores(ix, query, key, head_dim, blame)
+    pv = _sole_matmul_reading(ix, probs, ix.producer(probs), "Softmax(scores) @ V")
+    if ix.trace_back(pv.input[1], REPEAT_KV_OPS) != value:
+        raise cannot_map(pv, f"probabilities times the cached values '{value}'")
+    return _match_merge_heads(ix, pv)
+
+
+def split_heads(ix, tensor, width, after):
+    """Follows tensor [b, s, width] -> Reshape [b, s, heads, head_dim] -> Transpose [b, heads, s,
+    head_dim]; after: the node that wrote tensor. Returns (heads, head_dim, transposed tensor)."""
+    reshape = ix.sole_consumer(tensor, "Reshape", after, "Reshape to [batch, seq, heads, head_dim]")
     dims = ix.fold_dims(reshape.input[1], reshape)
     if len(dims) != 4 or dims[3] is None or dims[3] <= 0 or dims[2] is None:
         raise cannot_map(reshape, f"a target shape [batch, seq, heads, head_dim] with constant heads and "
                                   f"head_dim, found {dims}")
     head_dim = dims[3]
-    heads = out_features // head_dim if dims[2] == -1 else dims[2]
-    if heads <= 0 or heads * head_dim != out_features:
-        raise cannot_map(reshape, f"heads x head_dim = {out_features} (the projection's width), found {dims}")
+    heads = width // head_dim if dims[2] == -1 else dims[2]
+    if heads <= 0 or heads * head_dim != width:
+        raise cannot_map(reshape, f"heads x head_dim = {width} (the projection's width), found {dims}")
     transpose = ix.sole_consumer(reshape.output[0], "Transpose", reshape, "Transpose to [b, heads, s, hd]")
     if list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
         raise cannot_map(transpose, "perm [0, 2, 1, 3]")
     return heads, head_dim, transpose.output[0]
 
 
-def _cache_concat(ix, tensor):
+def cache_concat(ix, tensor):
     """The Concat(past input, tensor) along the sequence axis whose output is a graph output."""
     for concat in ix.consumers(tensor, "Concat"):
         past = concat.input[0]
@@ -105,10 +112,10 @@ def _cache_concat(ix, tensor):
 
 
 def _classify_projection(ix, matmul):
-    heads, head_dim, split = _split_heads(ix, matmul)
+    heads, head_dim, split = split_heads(ix, matmul.output[0], linear_weight(ix, matmul).shape[1], matmul)
     rope = match_rope(ix, split, head_dim)
     end = rope.output if rope else split
-    cache = _cache_concat(ix, end)
+    cache = cache_concat(ix, end)
     if cache is not None:
         role, end = ("key" if rope else "value"), cache.output[0]
     elif rope is not None:
@@ -145,16 +152,16 @@ def _sole_matmul_reading(ix, tensor, after, expected):
     return matmuls[0]
 
 
-def _match_scores(ix, q, k):
+def _match_scores(ix, query, key_end, head_dim, blame):
     """Checks Q K^T, its scaling and the Softmax; returns the attention probabilities tensor.
 
     The scale may sit after the MatMul (HF eager) or be split over Q and K (torch's export of
     scaled_dot_product_attention); kvx applies 1/sqrt(head_dim) once, so only the product matters."""
-    scale, tensor = 1.0, q.end
+    scale, tensor = 1.0, query
     while len(ix.consumers(tensor)) == 1 and _scale_of(ix, ix.consumers(tensor)[0], tensor) is not None:
         node = ix.consumers(tensor)[0]
         scale, tensor = scale * _scale_of(ix, node, tensor), node.output[0]
-    scores = _sole_matmul_reading(ix, tensor, q.matmul, "the query times K^T")
+    scores = _sole_matmul_reading(ix, tensor, blame, "the query times K^T")
 
     key, transposed = scores.input[1], False
     while ix.producer(key) is not None and ix.producer(key).op_type not in REPEAT_KV_OPS:
@@ -166,8 +173,8 @@ def _match_scores(ix, q, k):
             scale, key = scale * _scale_of(ix, node, node.input[0]), node.input[0]
         else:
             break
-    if not transposed or ix.trace_back(key, REPEAT_KV_OPS) != k.end:
-        raise cannot_map(scores, f"the query times the transposed cached keys '{k.end}'")
+    if not transposed or ix.trace_back(key, REPEAT_KV_OPS) != key_end:
+        raise cannot_map(scores, f"the query times the transposed cached keys '{key_end}'")
 
     tensor = scores.output[0]
     while True:
@@ -185,7 +192,7 @@ def _match_scores(ix, q, k):
         tensor = node.output[0]
     if node_attr(node, "axis", -1) not in (-1, 3):
         raise cannot_map(node, "Softmax over the key axis")
-    expected = 1.0 / np.sqrt(q.head_dim)
+    expected = 1.0 / np.sqrt(head_dim)
     if not np.isclose(scale, expected, rtol=1e-5):
         raise ConvertError(f"cannot map node '{scores.name}' (op MatMul): expected attention scores "
                            f"scaled by 1/sqrt(head_dim) = {expected:.6g}, found {scale:.6g}")

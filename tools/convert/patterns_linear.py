@@ -1,5 +1,12 @@
 """Linear layers: a MatMul of an activation by a constant [in, out] matrix (torch's export of a
-bias-free nn.Linear), and the residual Add that closes a block."""
+bias-free nn.Linear), optionally followed by the Add of a constant bias, and the residual Add that closes
+a block."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from onnx import NodeProto
 
 from convert_errors import cannot_map
 
@@ -31,3 +38,28 @@ def residual_add(ix, residual, branch, branch_node):
         if ix.other_input(add, branch) == residual:
             return add.output[0]
     raise cannot_map(branch_node, f"its output added to the residual stream '{residual}'")
+
+
+@dataclass
+class BiasedLinear:
+    weight: np.ndarray  # [in, out], ONNX MatMul layout
+    bias: Optional[np.ndarray]  # [out], or None for a layer without bias
+    output: str  # the layer's result: the bias Add's output, else the MatMul's
+    node: NodeProto  # the node that writes output, to name in errors about what follows
+
+
+def biased_linear(ix, matmul):
+    """A linear layer from its MatMul by a constant weight: torch exports a Linear with bias as
+    MatMul(x, W) followed by Add with a constant [out] vector (in either operand order)."""
+    weight = linear_weight(ix, matmul)
+    adds = ix.consumers(matmul.output[0])
+    if len(adds) == 1 and adds[0].op_type == "Add":
+        bias = ix.constant(ix.other_input(adds[0], matmul.output[0]))
+        if bias is not None and bias.shape == (weight.shape[1],):
+            return BiasedLinear(weight, bias, adds[0].output[0], adds[0])
+    return BiasedLinear(weight, None, matmul.output[0], matmul)
+
+
+def sole_biased_linear(ix, tensor, after, what):
+    """The one linear layer (with or without bias) reading tensor."""
+    return biased_linear(ix, sole_linear_consumer(ix, tensor, after, what))

@@ -21,12 +21,12 @@ weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear w
 
 import numpy as np
 
-from onnx_graph_builder import BOOL, FLOAT, INT64, OnnxGraphBuilder
+from decoder_graph import DecoderGraph
+from onnx_graph_builder import FLOAT, OnnxGraphBuilder
 
 OPSET = 17
 IR_VERSION = 8  # the IR of opset 17; keeps the files loadable by older ONNX Runtime builds
 INT64_MAX = np.iinfo(np.int64).max
-MASKED_SCORE = np.finfo(np.float32).min  # what HF adds to masked scores; finite, so no NaN from -inf - -inf
 
 
 def rope_inv_freq(head_dim, theta):
@@ -39,7 +39,7 @@ def build_llama_graph(config, weights):
     return _LlamaGraph(config, weights).build()
 
 
-class _LlamaGraph:
+class _LlamaGraph(DecoderGraph):
     def __init__(self, config, weights):
         self.c = config
         self.w = weights
@@ -61,23 +61,6 @@ class _LlamaGraph:
         variance_eps = g.op("Add", [mean_square, g.const(self.c["norm_eps"], scope, np.float32)], scope)
         inv_rms = g.op("Reciprocal", [g.op("Sqrt", [variance_eps], scope)], scope)
         return g.op("Mul", [weight, g.op("Mul", [x, inv_rms], scope)], scope)
-
-    def _batch_seq_shape(self, x, tail_dims, scope):
-        """Reshape target [batch, seq, *tail_dims] with batch and seq read from x at run time, the
-        Concat(Unsqueeze(Gather(Shape))) chain that torch emits for `view(*input_shape, ...)`."""
-        g = self.g
-        shape = g.op("Shape", [x], scope)
-        dims = []
-        for axis in (0, 1):
-            dim = g.op("Gather", [shape, g.const(axis, scope)], scope, axis=0)
-            dims.append(g.op("Unsqueeze", [dim, g.const([0], scope)], scope))
-        return g.op("Concat", dims + [g.const(list(tail_dims), scope)], scope, axis=0)
-
-    def _split_heads(self, x, n_heads, scope):
-        """[b, s, n_heads*head_dim] -> [b, n_heads, s, head_dim]."""
-        shape = self._batch_seq_shape(x, [n_heads, self.c["head_dim"]], scope)
-        per_head = self.g.op("Reshape", [x, shape], scope)
-        return self.g.op("Transpose", [per_head], scope, perm=[0, 2, 1, 3])
 
     def _rotate_half(self, x, scope):
         """[.., head_dim] -> concat(-x[.., half:], x[.., :half])."""
@@ -122,24 +105,6 @@ class _LlamaGraph:
         angles = g.op("Concat", [freqs, freqs], scope, axis=-1)  # [b, s, hd]: pair j is (j, j + hd/2)
         return g.op("Cos", [angles], scope), g.op("Sin", [angles], scope)
 
-    def _attention_bias(self, input_ids, attention_mask):
-        """[b, 1, s, t] fp32: 0 where query i (absolute position past + i) may see key j, that is
-        j <= past + i and attention_mask[b, j] == 1; MASKED_SCORE elsewhere."""
-        g, scope = self.g, "/model/attention_mask"
-        seq_len = g.op("Gather", [g.op("Shape", [input_ids], scope), g.const(1, scope)], scope, axis=0)
-        total_len = g.op("Gather", [g.op("Shape", [attention_mask], scope), g.const(1, scope)], scope, axis=0)
-        past_len = g.op("Sub", [total_len, seq_len], scope)
-        one = g.const(1, scope)
-        query_pos = g.op("Range", [past_len, total_len, one], scope)  # [s]
-        key_pos = g.op("Range", [g.const(0, scope), total_len, one], scope)  # [t]
-        causal = g.op("LessOrEqual", [g.op("Unsqueeze", [key_pos, g.const([0], scope)], scope),
-                                      g.op("Unsqueeze", [query_pos, g.const([1], scope)], scope)], scope)
-        key_present = g.op("Unsqueeze", [g.op("Cast", [attention_mask], scope, to=BOOL),
-                                         g.const([1, 2], scope)], scope)  # [b, 1, 1, t]
-        allowed = g.op("And", [causal, key_present], scope)  # [b, 1, s, t]
-        return g.op("Where", [allowed, g.const(0.0, scope, np.float32),
-                              g.const(MASKED_SCORE, scope, np.float32)], scope)
-
     def _attention(self, i, x, cos, sin, bias):
         c, g = self.c, self.g
         scope = f"/model/layers.{i}/self_attn"
@@ -158,10 +123,7 @@ class _LlamaGraph:
         scaled = g.op("Mul", [scores, g.const(1.0 / np.sqrt(c["head_dim"]), scope, np.float32)], scope)
         probs = g.op("Softmax", [g.op("Add", [scaled, bias], scope)], scope, axis=-1)
         context = g.op("MatMul", [probs, self._repeat_kv(v_all, scope)], scope)  # [b, n_heads, s, hd]
-        context = g.op("Transpose", [context], scope, perm=[0, 2, 1, 3])
-        context = g.op("Reshape", [context, self._batch_seq_shape(
-            context, [c["n_heads"] * c["head_dim"]], scope)], scope)
-        return self._linear(context, f"layers.{i}.wo", f"{scope}/o_proj")
+        return self._linear(self._merge_heads(context, scope), f"layers.{i}.wo", f"{scope}/o_proj")
 
     def _mlp(self, i, x):
         g, scope = self.g, f"/model/layers.{i}/mlp"
@@ -175,19 +137,6 @@ class _LlamaGraph:
         if "classifier" in self.w:
             return self.g.add_initializer("lm_head.weight_in_out", self.w["classifier"].T)
         return self.g.op("Transpose", ["model.embed_tokens.weight"], "/lm_head", perm=[1, 0])
-
-    def _declare_interface(self):
-        c, g = self.c, self.g
-        kv_shape = ["batch_size", c["n_kv_heads"], "past_sequence_length", c["head_dim"]]
-        present_shape = ["batch_size", c["n_kv_heads"], "total_sequence_length", c["head_dim"]]
-        g.add_input("input_ids", INT64, ["batch_size", "sequence_length"])
-        g.add_input("attention_mask", INT64, ["batch_size", "total_sequence_length"])
-        g.add_input("position_ids", INT64, ["batch_size", "sequence_length"])
-        g.add_output("logits", FLOAT, ["batch_size", "sequence_length", c["vocab_size"]])
-        for i in range(c["n_layers"]):
-            for kind in ("key", "value"):
-                g.add_input(f"past_key_values.{i}.{kind}", FLOAT, kv_shape)
-                g.add_output(f"present.{i}.{kind}", FLOAT, present_shape)
 
     def build(self):
         c, g = self.c, self.g

@@ -1,4 +1,5 @@
-// kvx generate: text in, text out, streamed, with prefill and decode speed on stderr at the end.
+// kvx generate: text in, text out, streamed, with prefill and decode speed on stderr at the end. The prompt
+// may be token ids instead (--tokens); a model without a tokenizer then writes token ids too.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"
+#include "token_list.h"
 
 namespace kvx::cli {
 namespace {
@@ -17,6 +19,7 @@ struct GenerateOptions {
     RunOptions run;
     std::string prompt;
     std::string prompt_file;
+    std::string tokens;  // comma-separated ids, instead of a prompt
     int n_new = 256;
     SamplingFlags sampling;
 };
@@ -47,8 +50,14 @@ void run_generate(const GenerateOptions& o) {
 
     LoadedModel loaded = load_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
-    const auto tokenizer = load_tokenizer(loaded.model->dir, config);
-    const std::vector<int32_t> tokens = tokenizer->encode(prompt, /*add_bos=*/true);
+    const bool ids_only = !o.tokens.empty() && config.tokenizer_type.empty();
+    const auto tokenizer = ids_only ? token_id_text() : load_tokenizer(loaded.model->dir, config);
+    const std::vector<int32_t> tokens =
+        o.tokens.empty() ? tokenizer->encode(prompt, /*add_bos=*/true) : parse_token_list(o.tokens);
+    for (int32_t token : tokens)  // before the tokenizer prints them
+        if (token >= config.vocab_size)
+            throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
+                        std::to_string(config.vocab_size));
 
     GenerationOptions generation;
     generation.max_new_tokens = o.n_new;
@@ -69,7 +78,12 @@ void add_generate_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streamed to stdout");
     add_run_options(*cmd, o->run);
     auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty, the model starts from BOS)");
-    cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file")->excludes(prompt);
+    auto* file = cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file")->excludes(prompt);
+    cmd->add_option("--tokens", o->tokens,
+                    "Prompt as comma-separated token ids, e.g. 1,403,407; a model without a tokenizer then "
+                    "prints token ids")
+        ->excludes(prompt)
+        ->excludes(file);
     cmd->add_option("-n,--n-new", o->n_new, "New tokens to generate; -1 = until a stop token or the context is full")
         ->capture_default_str();
     add_sampling_options(*cmd, o->sampling);

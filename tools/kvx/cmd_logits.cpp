@@ -2,7 +2,6 @@
 // with any reference. The first --n-prefill tokens go through one prefill pass, the rest through one decode
 // step each, exactly as generation would compute them.
 #include <cstdio>
-#include <sstream>
 
 #include "backend_choice.h"
 #include "commands.h"
@@ -10,6 +9,7 @@
 #include "engine/npy.h"
 #include "engine/position_logits.h"
 #include "engine/tokenizer.h"
+#include "token_list.h"
 
 namespace kvx::cli {
 namespace {
@@ -21,25 +21,6 @@ struct LogitsOptions {
     std::string output;
     int n_prefill = 0;
 };
-
-std::vector<int32_t> parse_token_list(const std::string& text) {
-    std::vector<int32_t> tokens;
-    std::stringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-        size_t used = 0;
-        long value = 0;
-        try {
-            value = std::stol(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != item.size() || value < 0 || value > INT32_MAX)
-            throw Error("--tokens: '" + item + "' is not a token id (expected comma-separated integers)");
-        tokens.push_back(static_cast<int32_t>(value));
-    }
-    return tokens;
-}
 
 void run_logits(const LogitsOptions& o) {
     LoadedModel loaded = load_for_run(o.run);

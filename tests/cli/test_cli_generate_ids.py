@@ -1,0 +1,51 @@
+"""kvx generate with token ids: --tokens as the prompt, and a model without a tokenizer (a random GPT-2
+fixture) printing its greedy continuation as ids, which ONNX Runtime's greedy decoding must reproduce."""
+import json
+import os
+import sys
+import unittest
+
+import numpy as np
+
+from kvx_cli import FIXTURES, SOURCE_DIR, run
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "fixtures"))
+from ort_reference import greedy_tokens  # noqa: E402
+
+GPT2 = os.path.join(FIXTURES, "rand_gpt2_hd24_l3_v263_ctx65")
+
+
+class GenerateIdsTest(unittest.TestCase):
+    def test_model_without_tokenizer_prints_onnxruntime_greedy_ids(self):
+        prompt = [int(t) for t in np.load(os.path.join(GPT2, "tokens.npy"))[:8]]
+        stops = json.load(open(os.path.join(GPT2, "model", "config.json"), encoding="utf-8"))["eos_token_ids"]
+        expected = greedy_tokens(os.path.join(GPT2, "model.onnx"), prompt, len(prompt) + 40)
+        generated = expected[len(prompt):]
+        if any(t in stops for t in generated):  # kvx stops silently at a stop token
+            generated = generated[:min(generated.index(t) for t in stops if t in generated)]
+        for extra in ([], ["--simd", "reference"], ["--block-size", "1"]):
+            with self.subTest(extra=extra):
+                code, out, err = run("generate", "-m", os.path.join(GPT2, "model"), "--tokens",
+                                     ",".join(map(str, prompt)), "-n", "40", "--temp", "0", *extra)
+                self.assertEqual(code, 0, err)
+                self.assertEqual(out.strip(), ",".join(map(str, prompt + generated)))
+                self.assertIn(f"prompt {len(prompt)} tokens", err)
+
+    def test_model_without_tokenizer_refuses_text(self):
+        code, _, err = run("generate", "-m", os.path.join(GPT2, "model"), "-p", "hello", "-n", "3")
+        self.assertEqual(code, 1)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("has no tokenizer: pass token ids instead of text", err)
+
+    def test_ids_prompt_with_a_tokenizer_prints_text(self):
+        code, ids, _ = run("tokenize", "-p", "Once upon a time")
+        self.assertEqual(code, 0)
+        by_text = run("generate", "-p", "Once upon a time", "-n", "20", "--temp", "0")
+        by_ids = run("generate", "--tokens", ids.strip(), "-n", "20", "--temp", "0")
+        self.assertEqual(by_ids[0], 0, by_ids[2])
+        self.assertEqual(by_ids[1], by_text[1])
+        self.assertTrue(by_ids[1].startswith("Once upon a time"), by_ids[1])
+
+
+if __name__ == "__main__":
+    unittest.main()
