@@ -48,13 +48,14 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
         if (new_len > context_)
             throw Error("sequence would hold " + std::to_string(new_len) + " tokens, more than the context of " +
                         std::to_string(context_) + " (raise -c, up to the model's maximum)");
-        blocks_needed += cache_.blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size()));
+        // A sequence whose window frees more than it takes cannot lend blocks to one appended before it.
+        blocks_needed += std::max(0, cache_.blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size())));
         n_rows += in.tokens.size();
         n_logit_rows += in.all_logits ? in.tokens.size() : 1;
     }
-    if (blocks_needed > cache_.pool().num_free())
+    if (blocks_needed > cache_.pool().num_available())
         throw Error("KV cache pool exhausted: this step needs " + std::to_string(blocks_needed) + " blocks but " +
-                    std::to_string(cache_.pool().num_free()) + " of " + std::to_string(cache_.pool().num_blocks()) +
+                    std::to_string(cache_.pool().num_available()) + " of " + std::to_string(cache_.pool().num_blocks()) +
                     " are free");
 
     ForwardBatch& b = batch_;
@@ -68,7 +69,7 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
         const SequenceInput& in = inputs[i];
         const int32_t start = cache_.length(in.seq);
         const int32_t count = static_cast<int32_t>(in.tokens.size());
-        cache_.append_slots(in.seq, count, &b.slots[b.tokens.size()], copies_);
+        cache_.append_slots(in.seq, in.tokens, &b.slots[b.tokens.size()], copies_);
         for (int32_t t = 0; t < count; ++t) {
             if (in.all_logits || t == count - 1) b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size()));
             b.tokens.push_back(in.tokens[static_cast<size_t>(t)]);

@@ -2,26 +2,14 @@
 // checker after every operation.
 #include <catch2/catch.hpp>
 #include <algorithm>
-#include <random>
 #include <vector>
 
 #include "engine/error.h"
 #include "engine/kv_cache_manager.h"
+#include "kv_cache_support.h"
 
 using namespace kvx;
-
-namespace {
-
-// Appends n positions and returns their slots, checking the invariants afterwards.
-std::vector<int64_t> append(KvCacheManager& m, SeqId seq, int32_t n, std::vector<BlockCopy>* copies = nullptr) {
-    std::vector<int64_t> slots(static_cast<size_t>(n));
-    std::vector<BlockCopy> local;
-    m.append_slots(seq, n, slots.data(), copies ? *copies : local);
-    m.check_invariants();
-    return slots;
-}
-
-}  // namespace
+using namespace kvx::test;
 
 TEST_CASE("slots follow the block table", "[cache]") {
     for (int32_t bs : {1, 2, 4, 16, 256}) {
@@ -36,7 +24,8 @@ TEST_CASE("slots follow the block table", "[cache]") {
             CHECK(slots[static_cast<size_t>(p)] == int64_t{table[static_cast<size_t>(p / bs)]} * bs + p % bs);
         m.free_sequence(s);
         m.check_invariants();
-        CHECK(m.pool().num_free() == 64);
+        CHECK(m.pool().num_used() == 0);
+        CHECK(m.pool().num_available() == 64);
     }
 }
 
@@ -101,7 +90,7 @@ TEST_CASE("pool exhaustion is a clear error that changes nothing", "[cache]") {
     std::vector<int64_t> slots(16);
     std::vector<BlockCopy> copies;
     try {
-        m.append_slots(b, 16, slots.data(), copies);
+        m.append_slots(b, token_run(16), slots.data(), copies);
         FAIL("expected an exhausted pool");
     } catch (const Error& e) {
         CHECK_THAT(e.what(), Catch::Contains("KV cache pool exhausted") && Catch::Contains("need 2 more blocks") &&
@@ -110,12 +99,13 @@ TEST_CASE("pool exhaustion is a clear error that changes nothing", "[cache]") {
     m.check_invariants();
     CHECK(m.length(b) == 0);
     CHECK(m.block_table(b).empty());
-    CHECK(m.pool().num_free() == 1);
+    CHECK(m.pool().num_available() == 1);
     append(m, b, 8);  // what fits still works
     m.free_sequence(a);
     m.free_sequence(b);
     m.check_invariants();
-    CHECK(m.pool().num_free() == 4);
+    CHECK(m.pool().num_used() == 0);
+    CHECK(m.pool().num_available() == 4);
 }
 
 TEST_CASE("a copy-on-write counts against the pool", "[cache]") {
@@ -128,7 +118,7 @@ TEST_CASE("a copy-on-write counts against the pool", "[cache]") {
     const SeqId c = m.fork(a);
     std::vector<int64_t> slot(1);
     std::vector<BlockCopy> copies;
-    CHECK_THROWS_WITH(m.append_slots(c, 1, slot.data(), copies), Catch::Contains("exhausted"));
+    CHECK_THROWS_WITH(m.append_slots(c, token_run(1), slot.data(), copies), Catch::Contains("exhausted"));
     CHECK(copies.empty());
     m.check_invariants();
 }
@@ -147,46 +137,139 @@ TEST_CASE("bad requests are refused by name", "[cache]") {
     CHECK_THROWS_WITH(m.blocks_needed(m.create_sequence(), -1), Catch::Contains("negative"));
 }
 
-TEST_CASE("random create, fork, append and free keep the invariants and leak nothing", "[cache]") {
-    for (int32_t bs : {1, 4, 16}) {
-        std::mt19937 rng(1234u + static_cast<unsigned>(bs));
-        KvCacheManager m(64, bs);
-        std::vector<SeqId> live;
-        for (int op = 0; op < 5000; ++op) {
-            const int kind = static_cast<int>(rng() % 4);
-            if (kind == 0 || live.empty()) {
-                live.push_back(m.create_sequence());
-            } else {
-                const SeqId s = live[rng() % live.size()];
-                if (kind == 1) {
-                    live.push_back(m.fork(s));
-                } else if (kind == 2) {
-                    const int32_t n = static_cast<int32_t>(rng() % (3 * static_cast<unsigned>(bs) + 1));
-                    std::vector<int64_t> slots(static_cast<size_t>(n));
-                    std::vector<BlockCopy> copies;
-                    const int32_t free_before = m.pool().num_free(), len_before = m.length(s);
-                    try {
-                        m.append_slots(s, n, slots.data(), copies);
-                        CHECK(m.length(s) == len_before + n);
-                        for (int32_t i = 0; i < n; ++i) {
-                            const int64_t slot = slots[static_cast<size_t>(i)];
-                            const int32_t pos = len_before + i;
-                            CHECK(slot == int64_t{m.block_table(s)[static_cast<size_t>(pos / bs)]} * bs + pos % bs);
-                            CHECK(m.pool().ref_count(static_cast<int32_t>(slot / bs)) == 1);  // never write a shared block
-                        }
-                    } catch (const Error&) {
-                        CHECK(m.pool().num_free() == free_before);
-                        CHECK(m.length(s) == len_before);
-                    }
-                } else {
-                    m.free_sequence(s);
-                    live.erase(std::find(live.begin(), live.end(), s));
-                }
-            }
-            m.check_invariants();
-        }
-        for (SeqId s : live) m.free_sequence(s);
-        m.check_invariants();
-        CHECK(m.pool().num_free() == 64);
-    }
+TEST_CASE("rewind to 0 empties the sequence and frees its blocks", "[cache][rewind]") {
+    KvCacheManager m(8, 4);
+    const SeqId s = m.create_sequence();
+    append(m, s, 10);
+    m.rewind_to(s, 0);
+    m.check_invariants();
+    CHECK(m.length(s) == 0);
+    CHECK(m.block_table(s).empty());
+    CHECK(m.chain(s).empty());
+    CHECK(m.pool().num_used() == 0);
+    // The sequence starts over: position 0 again, in a block of its own.
+    const auto slots = append(m, s, token_run(3, 500));
+    CHECK(m.length(s) == 3);
+    CHECK(slots[0] == int64_t{m.block_table(s)[0]} * 4);
+}
+
+TEST_CASE("rewind to a block boundary releases the blocks past it", "[cache][rewind]") {
+    KvCacheManager m(8, 4);
+    const SeqId s = m.create_sequence();
+    append(m, s, 10);  // blocks: full, full, 2 of 4
+    const std::vector<int32_t> before = m.block_table(s);
+    m.rewind_to(s, 8);
+    m.check_invariants();
+    CHECK(m.length(s) == 8);
+    CHECK(m.block_table(s) == std::vector<int32_t>(before.begin(), before.begin() + 2));
+    CHECK(m.pool().num_used() == 2);
+    CHECK(m.blocks_needed(s, 1) == 1);  // position 8 starts a new block: nothing to copy
+    std::vector<BlockCopy> copies;
+    const auto slots = append(m, s, 1, &copies);
+    CHECK(copies.empty());
+    CHECK(slots[0] == int64_t{m.block_table(s)[2]} * 4);
+}
+
+TEST_CASE("rewind inside a block keeps it and writes in place when no one else holds it", "[cache][rewind]") {
+    KvCacheManager m(8, 4);
+    const SeqId s = m.create_sequence();
+    append(m, s, 10);
+    const std::vector<int32_t> before = m.block_table(s);
+    m.rewind_to(s, 6);
+    m.check_invariants();
+    CHECK(m.length(s) == 6);
+    CHECK(m.block_table(s) == std::vector<int32_t>(before.begin(), before.begin() + 2));
+    CHECK(m.chain(s).size() == 1);
+    std::vector<BlockCopy> copies;
+    const auto slots = append(m, s, 1, &copies);
+    CHECK(copies.empty());
+    CHECK(slots[0] == int64_t{before[1]} * 4 + 2);
+}
+
+TEST_CASE("rewind never writes a block another sequence holds", "[cache][rewind]") {
+    KvCacheManager m(8, 4);
+    const SeqId a = m.create_sequence();
+    append(m, a, 12);
+    const SeqId b = m.fork(a);
+    const std::vector<int32_t> a_table = m.block_table(a);
+    m.rewind_to(b, 6);  // b now sees 2 of block 1's 4 slots; a still sees all of them
+    m.check_invariants();
+    CHECK(m.block_table(a) == a_table);
+    CHECK(m.length(a) == 12);
+    CHECK(m.pool().ref_count(a_table[0]) == 2);
+    CHECK(m.pool().ref_count(a_table[1]) == 2);
+    CHECK(m.pool().ref_count(a_table[2]) == 1);
+    std::vector<BlockCopy> copies;
+    const auto slots = append(m, b, 1, &copies);
+    REQUIRE(copies.size() == 1);
+    CHECK(copies[0].src == a_table[1]);
+    CHECK(slots[0] == int64_t{copies[0].dst} * 4 + 2);
+    CHECK(m.block_table(a) == a_table);
+    CHECK(m.pool().ref_count(a_table[1]) == 1);
+}
+
+TEST_CASE("rewind out of range is refused and changes nothing", "[cache][rewind]") {
+    KvCacheManager m(8, 4);
+    const SeqId s = m.create_sequence();
+    append(m, s, 10);
+    const std::vector<int32_t> table = m.block_table(s);
+    CHECK_THROWS_WITH(m.rewind_to(s, 11), Catch::Contains("cannot rewind sequence 0 to 11 tokens: it holds 10"));
+    CHECK_THROWS_WITH(m.rewind_to(s, -1), Catch::Contains("cannot rewind sequence 0 to -1 tokens"));
+    CHECK_THROWS_WITH(m.rewind_to(7, 0), Catch::Contains("no sequence with id 7"));
+    m.check_invariants();
+    CHECK(m.length(s) == 10);
+    CHECK(m.block_table(s) == table);
+    m.rewind_to(s, 10);  // to its own length: a no-op
+    m.check_invariants();
+    CHECK(m.block_table(s) == table);
+}
+
+TEST_CASE("exhaustion is all-or-nothing when cached blocks stand in for free ones", "[cache][prefix]") {
+    KvCacheManager m(4, 4);
+    const SeqId a = m.create_sequence();
+    append(m, a, 8);  // two full blocks, registered
+    m.free_sequence(a);
+    const SeqId b = m.create_sequence();
+    append(m, b, 4);  // takes a free block; the two cached ones stay
+    CHECK(m.pool().num_cached() == 2);
+    const std::vector<int32_t> lru = m.pool().lru_order();
+    std::vector<int64_t> slots(16);
+    std::vector<BlockCopy> copies;
+    CHECK_THROWS_WITH(m.append_slots(b, token_run(16, 7), slots.data(), copies),
+                      Catch::Contains("need 4 more blocks of 4 tokens but 3 of 4 are free"));
+    m.check_invariants();
+    CHECK(m.length(b) == 4);
+    CHECK(m.pool().lru_order() == lru);  // nothing evicted
+    CHECK(m.prefix_index().num_registered() == 3);
+    append(m, b, 12);  // three blocks: the free one, then both cached ones, evicted
+    CHECK(m.pool().num_available() == 0);
+    CHECK(m.prefix_index().num_registered() == 4);  // b's own four full blocks
+}
+
+TEST_CASE("usage counts blocks in use, shared, cached, free and wasted slots", "[cache]") {
+    KvCacheManager m(8, 4);
+    const SeqId a = m.create_sequence();
+    append(m, a, 10);  // full, full, 2 of 4
+    const SeqId b = m.fork(a);
+    append(m, b, 1);  // b's tail is a copy holding 3 of 4
+    const KvCacheUsage u = m.usage(1000);
+    CHECK(u.block_size == 4);
+    CHECK(u.blocks_total == 8);
+    CHECK(u.blocks_in_use == 4);
+    CHECK(u.blocks_shared == 2);
+    CHECK(u.blocks_cached == 0);
+    CHECK(u.blocks_free == 4);
+    CHECK(u.slots_wasted == 2 + 1);
+    CHECK(u.bytes_in_use() == 4000);
+    CHECK(u.bytes_shared() == 2000);
+    CHECK(u.bytes_wasted() == 750);
+    CHECK(u.bytes_total() == 8000);
+
+    m.free_sequence(a);
+    m.free_sequence(b);
+    const KvCacheUsage after = m.usage(1000);
+    CHECK(after.blocks_in_use == 0);
+    CHECK(after.blocks_cached == 2);  // the two full blocks, findable by their chain
+    CHECK(after.blocks_free == 6);
+    CHECK(after.slots_wasted == 0);
 }
