@@ -33,8 +33,15 @@ public:
     Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
 
     SeqId new_sequence() { return cache_.create_sequence(); }
+    // A new sequence that reuses the K/V of the prompt's longest cached prefix of whole blocks (blocks other
+    // sequences hold or held with the same tokens from position 0). Feed it prompt[cached_tokens..].
+    SequenceStart start_sequence(std::span<const int32_t> prompt) { return cache_.start_sequence(prompt); }
     SeqId fork_sequence(SeqId parent) { return cache_.fork(parent); }
     void free_sequence(SeqId seq) { cache_.free_sequence(seq); }
+    // Forgets every token from position n on (speculative decoding's rejected drafts, an edited turn).
+    // Logits are not cached: the next forward starts at position n, so sampling what follows token n - 1
+    // means rewinding to n - 1 and feeding that token again.
+    void rewind(SeqId seq, int32_t n) { cache_.rewind_to(seq, n); }
     int32_t length(SeqId seq) const { return cache_.length(seq); }
 
     // Appends each input's tokens to its sequence in one forward pass and returns the wanted logits,
@@ -48,6 +55,7 @@ public:
     int32_t context() const { return context_; }
     int32_t vocab_size() const { return vocab_size_; }
     size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(); }
+    KvCacheUsage cache_usage() const { return cache_.usage(kv_bytes_per_block()); }
 
 private:
     std::unique_ptr<Backend> backend_;

@@ -61,6 +61,12 @@ void KvCacheManager::release_before_window(Sequence& s, int32_t query_pos) {
     }
 }
 
+std::vector<SeqId> KvCacheManager::sequence_ids() const {
+    std::vector<SeqId> ids;
+    for (const auto& [id, s] : seqs_) ids.push_back(id);
+    return ids;
+}
+
 SeqId KvCacheManager::create_sequence() {
     const SeqId id = next_id_++;
     seqs_.emplace(id, Sequence{});
@@ -135,8 +141,13 @@ void KvCacheManager::free_sequence(SeqId seq) {
     seqs_.erase(seq);
 }
 
-void KvCacheManager::rewind_to(SeqId seq, int32_t n) {
-    Sequence& s = get(seq);
+SequenceStart KvCacheManager::start_sequence(std::span<const int32_t> prompt) {
+    const int32_t n_blocks = cached_prefix_blocks(prompt);
+    return SequenceStart{create_sequence(prompt, n_blocks), n_blocks * block_size_};
+}
+
+void KvCacheManager::check_rewind(SeqId seq, int32_t n) const {
+    const Sequence& s = get(seq);
     if (n < 0 || n > s.length)
         throw Error("cannot rewind sequence " + std::to_string(seq) + " to " + std::to_string(n) +
                     " tokens: it holds " + std::to_string(s.length) + " (use 0 to " + std::to_string(s.length) + ")");
@@ -151,6 +162,12 @@ void KvCacheManager::rewind_to(SeqId seq, int32_t n) {
                     " tokens: its sliding window of " + std::to_string(window_) + " already released positions before " +
                     std::to_string(released * block_size_) + " that the query at position " + std::to_string(n) +
                     " needs");
+}
+
+void KvCacheManager::rewind_to(SeqId seq, int32_t n) {
+    check_rewind(seq, n);
+    Sequence& s = get(seq);
+    const int32_t keep = blocks_for(n, block_size_);
     for (size_t b = s.table.size(); b-- > static_cast<size_t>(keep);)
         if (s.table[b] >= 0) release_block(s.table[b]);
     s.table.resize(static_cast<size_t>(keep));

@@ -59,6 +59,13 @@ struct BlockCopy {
     int32_t dst;
 };
 
+// A sequence started on a prompt: its first cached_tokens tokens came from the prefix cache, so only
+// prompt[cached_tokens..] still needs a forward pass (never empty: the last token's logits are wanted).
+struct SequenceStart {
+    SeqId seq;
+    int32_t cached_tokens;
+};
+
 struct KvCacheConfig {
     int32_t num_blocks = 0;
     int32_t block_size = 16;                   // a power of two from 1 to 256
@@ -84,12 +91,16 @@ public:
     // block_size; the caller appends the rest of the prompt. Takes no free block. Throws kvx::Error if
     // n_blocks exceeds cached_prefix_blocks(prompt).
     SeqId create_sequence(std::span<const int32_t> prompt, int32_t n_blocks);
+    // create_sequence(prompt, cached_prefix_blocks(prompt)).
+    SequenceStart start_sequence(std::span<const int32_t> prompt);
     SeqId fork(SeqId parent);      // the child shares every block of the parent
     void free_sequence(SeqId seq);  // releases its blocks; the id becomes invalid
     // Sets the length to n (0 <= n <= length) and releases the blocks past it. Throws kvx::Error, with
     // nothing changed, for n out of range or when a windowed sequence already released positions the
     // query at n needs.
     void rewind_to(SeqId seq, int32_t n);
+    // Throws what rewind_to(seq, n) would throw, changing nothing (several groups rewind all or none).
+    void check_rewind(SeqId seq, int32_t n) const;
 
     bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
     int32_t length(SeqId seq) const { return get(seq).length; }
@@ -100,6 +111,7 @@ public:
     // First table entry the next query (at position length) needs: 0 without a window.
     int32_t first_needed_block(SeqId seq) const { return first_needed_block_at(get(seq).length); }
     size_t num_sequences() const { return seqs_.size(); }
+    std::vector<SeqId> sequence_ids() const;  // ascending
 
     // Net change in available blocks that append_slots(seq, n) costs: new blocks plus a copy-on-write, less
     // the blocks only this sequence held that the window releases first. May be negative.
