@@ -7,6 +7,9 @@
 
 namespace kvx {
 
+// Sliding windows (not wired yet, docs/kv-cache.md): a windowed layer group will bring its own slots and
+// block_tables, in which entries before a row's window are -1; its attention reads positions
+// max(0, p - W + 1) .. p only, and so never a -1 entry.
 struct ForwardBatch {
     std::vector<int32_t> tokens;        // [n_rows] token ids
     std::vector<int32_t> positions;     // [n_rows] absolute position of each token in its sequence
