@@ -22,8 +22,10 @@ struct ModelConfig {
     int bos_token_id = -1;
     std::vector<int> eos_token_ids;
     std::string weights_file;    // relative to the model directory
-    std::string tokenizer_type;  // "llama2c", or empty when the model has no tokenizer
+    std::string tokenizer_type;  // "llama2c", "bpe" (HF tokenizer.json), "gpt2" (encoder.json), or empty for none
     std::string tokenizer_file;  // relative to the model directory
+    std::string tokenizer_merges_file;  // "gpt2" only: vocab.bpe, relative to the model directory
+    std::string chat_template_file;     // a Jinja chat template, relative to the model directory; empty for none
 
     int q_dim() const { return n_heads * head_dim; }
     int kv_dim() const { return n_kv_heads * head_dim; }
