@@ -1,14 +1,13 @@
 // kvx generate: text in, text out, streamed, with prefill and decode speed on stderr at the end.
 #include <cstdio>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "backend_choice.h"
 #include "commands.h"
 #include "engine/error.h"
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
+#include "text_file.h"
 
 namespace kvx::cli {
 namespace {
@@ -22,14 +21,6 @@ struct GenerateOptions {
     int64_t seed = -1;
 };
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot read prompt file '" + path + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
     auto per_second = [](double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; };
     std::fprintf(stderr, "\nkvx: prompt %d tokens, prefill %.3f ms (%.1f tokens/s)\n", s.prompt_tokens,
@@ -42,7 +33,7 @@ void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
 }
 
 void run_generate(const GenerateOptions& o) {
-    std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+    std::string prompt = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
     SamplerOptions sampling = o.sampling;
     sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
