@@ -33,9 +33,9 @@ BpeModel::BpeModel(const BpeModelSpec& spec, const std::string& source)
     merges_.reserve(spec.merges.size());
     for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
         const auto& [left, right] = spec.merges[rank];
-        const Merge m{static_cast<uint32_t>(rank), id_of(left + right, "the result of merge")};
+        const int32_t left_id = id_of(left, "merge part"), right_id = id_of(right, "merge part");
         // A pair listed twice keeps its later rank, as HF's merge map does.
-        merges_[pair_key(id_of(left, "merge part"), id_of(right, "merge part"))] = m;
+        merges_[pair_key(left_id, right_id)] = {static_cast<uint32_t>(rank), id_of(left + right, "the result of merge")};
     }
     if (!spec.unk_token.empty()) unk_id_ = id_of(spec.unk_token, "unk_token");
 
@@ -69,11 +69,9 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     if (ignore_merges_)
         if (auto it = raw_vocab_.find(std::string(word)); it != raw_vocab_.end()) return out.push_back(it->second);
     const bool cacheable = word.size() <= kCacheMaxWord;
-    std::string key;
     if (cacheable) {
-        key.assign(word);
         std::lock_guard lock(cache_mutex_);
-        if (auto it = cache_.find(key); it != cache_.end()) {
+        if (auto it = cache_.find(word); it != cache_.end()) {
             out.insert(out.end(), it->second.begin(), it->second.end());
             return;
         }
@@ -98,7 +96,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     out.insert(out.end(), symbols.begin(), symbols.end());
     if (cacheable) {
         std::lock_guard lock(cache_mutex_);
-        if (cache_.size() < kCacheCapacity) cache_.emplace(std::move(key), std::move(symbols));
+        if (cache_.size() >= kCacheCapacity) cache_.clear();
+        cache_.emplace(word, std::move(symbols));
     }
 }
 

@@ -55,11 +55,17 @@ private:
     bool fuse_unk_ = false;
     bool ignore_merges_ = false;
 
-    // Words seen before -> their ids. Guarded: encode() is const and may run on several threads.
-    static constexpr size_t kCacheCapacity = 16384;  // words
+    // Words seen before -> their ids. Guarded: encode() is const and may run on several threads. Looked
+    // up by string_view (transparent hash), so a hit allocates nothing. When full it starts again empty,
+    // so that it follows what the text is about now.
+    struct WordHash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    static constexpr size_t kCacheCapacity = 65536;  // words
     static constexpr size_t kCacheMaxWord = 256;     // bytes; longer words are rare and not worth keeping
     mutable std::mutex cache_mutex_;
-    mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+    mutable std::unordered_map<std::string, std::vector<int32_t>, WordHash, std::equal_to<>> cache_;
 };
 
 }  // namespace kvx
