@@ -89,6 +89,10 @@ class BpeCommandLineTest(unittest.TestCase):
         code, out, err = run("generate", "-m", self.gpt2, "-p", "Hello \u65e5\u672c", "-n", "8", "--temp", "0")
         self.assertEqual(code, 0, err)
         self.assertTrue(out.startswith("Hello \u65e5\u672c"), out)
+        # An empty prompt starts from the config's BOS, <|endoftext|>, which decodes to its text.
+        code, out, err = run("generate", "-m", self.gpt2, "-p", "", "-n", "3", "--temp", "0")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith("<|endoftext|>"), out)
 
     def test_tokenizer_larger_than_the_vocabulary(self):
         # The ORT GenAI tiny GPT-2 has 1000 rows of embedding but ships GPT-2's full tokenizer.json: kvx

@@ -41,7 +41,10 @@ void run_generate(const GenerateOptions& o) {
     LoadedModel loaded = load_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
     const auto tokenizer = load_tokenizer(loaded.model->dir, config);
-    const std::vector<int32_t> tokens = tokenizer->encode(prompt, /*add_bos=*/true);
+    std::vector<int32_t> tokens = tokenizer->encode(prompt, /*add_bos=*/true);
+    // A tokenizer that puts nothing before a text (GPT-2's) gives an empty prompt no tokens; the model's
+    // BOS, where it has one, is what such models start from (HF's generate does the same).
+    if (tokens.empty() && config.bos_token_id >= 0) tokens.push_back(config.bos_token_id);
 
     GenerationOptions generation;
     generation.max_new_tokens = o.n_new;
