@@ -36,12 +36,11 @@ BpeTokenizer make_tokenizer(const json& t) {
     return BpeTokenizer(read_hf_tokenizer_json(t.at("file").get<std::string>()));
 }
 
-// The text with everything outside printable ASCII as \u{...}, so that a failing case can be read.
+// The text as a JSON string with everything outside ASCII escaped, cut at 300 characters, so that a
+// failing case can be read.
 std::string escaped(const std::string& text) {
-    std::ostringstream out;
     const std::string dumped = json(text).dump(-1, ' ', /*ensure_ascii=*/true);
-    out << dumped.substr(0, 300) << (dumped.size() > 300 ? "..." : "");
-    return out.str();
+    return dumped.size() > 300 ? dumped.substr(0, 300) + "..." : dumped;
 }
 
 std::string ids_text(const std::vector<int32_t>& ids) {
