@@ -19,6 +19,13 @@ int positive_int(const json& j, const std::string& key, const std::string& path)
     return static_cast<int>(v);
 }
 
+// A file named by entry.key, relative to the model directory.
+std::string file_name(const json& entry, const std::string& key, const std::string& what, const std::string& path) {
+    if (!entry.is_object() || !entry.contains(key) || !entry[key].is_string() || entry[key].get<std::string>().empty())
+        throw Error("model config '" + path + "': '" + what + "' has no '" + key + "'");
+    return entry[key].get<std::string>();
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& model_dir) {
@@ -78,15 +85,18 @@ ModelConfig load_model_config(const std::string& model_dir) {
     else
         throw Error("model config '" + path + "': unsupported weights dtype '" + dtype + "' (kvx reads f32 and f16)");
     if (j.contains("tokenizer") && j["tokenizer"].is_object()) {
-        c.tokenizer_type = j["tokenizer"].value("type", "");
-        c.tokenizer_file = j["tokenizer"].value("file", "");
-        if (c.tokenizer_type != "llama2c")
-            throw Error("model config '" + path + "': unsupported tokenizer type '" + c.tokenizer_type + "'");
+        const json& t = j["tokenizer"];
+        c.tokenizer_type = t.value("type", "");
+        if (c.tokenizer_type != "llama2c" && c.tokenizer_type != "bpe" && c.tokenizer_type != "gpt2")
+            throw Error("model config '" + path + "': unsupported tokenizer type '" + c.tokenizer_type +
+                        "' (kvx reads llama2c, bpe and gpt2)");
+        c.tokenizer_file = file_name(t, "file", "tokenizer", path);
+        if (c.tokenizer_type == "gpt2") c.tokenizer_merges_file = file_name(t, "merges_file", "tokenizer", path);
     }
     if (j.contains("chat") && j["chat"].is_object()) {
         const json& chat = j["chat"];
         c.has_chat = true;
-        c.chat.template_file = chat.value("template_file", "");
+        c.chat.template_file = file_name(chat, "template_file", "chat", path);
         if (chat.contains("format") && chat["format"].is_string()) c.chat.format = chat["format"].get<std::string>();
         c.chat.unsupported_reason = chat.value("unsupported", "");
         if (chat.contains("default_system") && chat["default_system"].is_string()) {

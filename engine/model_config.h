@@ -44,8 +44,9 @@ struct ModelConfig {
     std::vector<int> eos_token_ids;
     std::string weights_file;    // relative to the model directory
     WeightDtype weights_dtype = WeightDtype::f32;
-    std::string tokenizer_type;  // "llama2c", or empty when the model has no tokenizer
+    std::string tokenizer_type;  // "llama2c", "bpe" (HF tokenizer.json), "gpt2" (encoder.json), or empty for none
     std::string tokenizer_file;  // relative to the model directory
+    std::string tokenizer_merges_file;  // "gpt2" only: vocab.bpe, relative to the model directory
     bool has_chat = false;       // the model came with a chat template
     ChatConfig chat;
 

@@ -29,6 +29,10 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["generate", "-p", "x", "--tokens", "1"], "excludes")
         self.assert_fails(["generate", "--tokens", "1,x"], "'x' is not a token id")
         self.assert_fails(["generate", "--tokens", "1,512", "-n", "3"], "token id 512 is outside the vocabulary of 512")
+        self.assert_fails(["tokenize"], "one of --prompt, --file or --ids is required")
+        self.assert_fails(["tokenize", "-p", "x", "--ids", "1"], "excludes")
+        self.assert_fails(["tokenize", "--ids", "1,,2"], "'' is not a token id")
+        self.assert_fails(["tokenize", "--ids", "512"], "token id 512 is outside the model's vocabulary of 512")
         self.assert_fails(["logits", "--tokens", "1,2"], "--output")
         self.assert_fails(["logits", "--tokens", "1,x", "-o", "a.npy"], "'x' is not a token id")
         self.assert_fails(["logits", "--tokens", "1,2", "--n-prefill", "3", "-o", "a.npy"], "--n-prefill 3 exceeds")
@@ -47,6 +51,7 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["generate", "-f", "/nonexistent/prompt.txt"], "cannot read prompt file")
         self.assert_fails(["convert", "/nonexistent/model.onnx", "-o", "out"], "/nonexistent/model.onnx")
         self.assert_fails(["tokenize", "-m", "/nonexistent", "-p", "x"], "no model at")
+        self.assert_fails(["tokenize", "-f", "/nonexistent/text.txt"], "cannot read text file")
 
     def test_unsupported_simd_level(self):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -60,8 +65,8 @@ class ErrorsTest(unittest.TestCase):
             "generate": ["-m", "-p", "-f", "--tokens", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
                          "--block-size", "--simd"],
             "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd"],
-            "convert": ["-o", "--tokenizer", "--max-seq-len"],
-            "tokenize": ["-m", "-p", "--no-bos"],
+            "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len"],
+            "tokenize": ["-m", "-p", "-f", "--ids", "--no-bos", "--stats"],
         }
         code, out, _ = run("--help")
         self.assertEqual(code, 0)

@@ -13,6 +13,10 @@ REPO = Path(os.environ.get("KVX_SOURCE_DIR") or Path(__file__).resolve().parents
 TOOLS = REPO / "tools"
 STORIES_CHECKPOINT = REPO / "models" / "stories260K" / "stories260K.bin"
 STORIES_TOKENIZER = REPO / "models" / "stories260K" / "tok512.bin"
+SHARED = Path(os.environ.get("KVX_SHARED_DIR") or REPO.parent / "shared")
+GPT2_ENCODER = SHARED / "models" / "gpt2-tokenizer" / "encoder.json"
+GPT2_MERGES = SHARED / "models" / "gpt2-tokenizer" / "vocab.bpe"
+ORTGENAI_GPT2_TOKENIZER = SHARED / "models" / "ortgenai-tiny-random-gpt2-fp32" / "tokenizer.json"
 
 # The tools' modules, importable by the tests (they are scripts' folders, not packages).
 sys.path[:0] = [str(TOOLS / "export"), str(TOOLS / "convert"), str(TOOLS / "fixtures"),

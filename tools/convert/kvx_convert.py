@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Converts an ONNX decoder into a kvx model directory (docs/model-format.md).
 
-  python3 tools/convert/kvx_convert.py MODEL.onnx -o MODEL_DIR [--tokenizer tok.bin] [--max-seq-len N]
+  python3 tools/convert/kvx_convert.py MODEL.onnx -o MODEL_DIR [--tokenizer FILE [--merges vocab.bpe]]
+                                       [--chat-template FILE] [--max-seq-len N]
+
+The tokenizer is a llama2.c tokenizer.bin, an HF tokenizer.json (byte-level BPE), or GPT-2's encoder.json
+with its vocab.bpe given by --merges.
 
 Weights are found by following the graph from the embedding along the residual stream, not by initializer
 names; the structure there tells Llama from GPT-2 (graph_mapper.py). Anything the converter cannot map
@@ -15,10 +19,10 @@ from pathlib import Path
 from convert_errors import ConvertError
 from graph_index import GraphIndex
 from graph_mapper import map_graph
-from llama2c_tokenizer import check_llama2c_tokenizer
 from kvx_writer import kvx_config, write_model_dir
 from onnx_loading import check_onnx_model, load_onnx_model
 from op_support import check_supported_ops
+from tokenizer_bundle import bundle
 
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
@@ -48,7 +52,7 @@ def max_seq_len_of(model, override, n_positions=None):
     return value
 
 
-def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None):
+def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None):
     """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict."""
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
@@ -58,12 +62,10 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None):
     seq_len = max_seq_len_of(model, max_seq_len, None if positions is None else positions.shape[0])
     if positions is not None:
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
-    if tokenizer_path is not None:
-        check_llama2c_tokenizer(tokenizer_path, mapped.hyperparameters["vocab_size"])
-    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, tokenizer_path is not None,
-                        Path(onnx_path).name)
+    extras = bundle(tokenizer_path, merges_path, chat_template_path, mapped.hyperparameters["vocab_size"])
+    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name)
     try:
-        write_model_dir(out_dir, config, mapped.tensors, tokenizer_path)
+        write_model_dir(out_dir, config, mapped.tensors, extras.files)
     except OSError as e:
         raise ConvertError(f"cannot write {out_dir}: {e.strerror or e}") from None
     return config
@@ -73,13 +75,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", help="ONNX file (external data is read from its folder)")
     parser.add_argument("-o", "--output", required=True, help="model directory to write")
-    parser.add_argument("--tokenizer", help="llama2.c tokenizer.bin to copy into the directory")
+    parser.add_argument("--tokenizer", help="tokenizer to check and copy into the directory: llama2.c "
+                                            "tokenizer.bin, HF tokenizer.json, or GPT-2 encoder.json")
+    parser.add_argument("--merges", help="GPT-2's vocab.bpe, with --tokenizer encoder.json")
+    parser.add_argument("--chat-template", help="Jinja chat template to copy into the directory")
     parser.add_argument("--max-seq-len", type=int, help="context length, when the model has no "
                                                         "max_position_embeddings metadata (overrides it; "
                                                         "GPT-2: at most the position table's rows)")
     args = parser.parse_args(argv)
     try:
-        convert(args.model, args.output, args.tokenizer, args.max_seq_len)
+        convert(args.model, args.output, args.tokenizer, args.max_seq_len, args.merges, args.chat_template)
     except ConvertError as e:
         print(f"kvx convert: {e}", file=sys.stderr)
         return 1

@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from llama2c_tokenizer import LLAMA2C_BOS, LLAMA2C_EOS_IDS
+from tokenizer_bundle import BUNDLED_FILES
 
 FORMAT_VERSION = 1
 CONVERTER_ID = "kvx-convert 1"
 WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer.bin"
 
 
 def _json_float32(value):
@@ -21,10 +20,10 @@ def _json_float32(value):
     return float(str(np.float32(value)))
 
 
-def kvx_config(architecture, hyperparameters, max_seq_len, has_tokenizer, onnx_name):
-    """config.json's content, keys in the documented order."""
+def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name):
+    """config.json's content, keys in the documented order. bundle: tokenizer_bundle.Bundle."""
     h = hyperparameters
-    return {
+    config = {
         "format": "kvx-model",
         "format_version": FORMAT_VERSION,
         "architecture": architecture,
@@ -39,25 +38,28 @@ def kvx_config(architecture, hyperparameters, max_seq_len, has_tokenizer, onnx_n
         "norm_eps": _json_float32(h["norm_eps"]),
         "rope_style": h.get("rope_style"),  # null for gpt2: learned positions, no RoPE
         "tied_embeddings": bool(h["tied_embeddings"]),
-        # The llama2.c ids are written without a tokenizer too, so that the field keeps one type.
-        "bos_token_id": LLAMA2C_BOS,
-        "eos_token_ids": list(LLAMA2C_EOS_IDS),
+        "bos_token_id": int(bundle.bos_token_id),
+        "eos_token_ids": [int(t) for t in bundle.eos_token_ids],
         "weights": {"file": WEIGHTS_FILE, "dtype": "f32"},
-        "tokenizer": {"type": "llama2c", "file": TOKENIZER_FILE} if has_tokenizer else None,
-        "source": {"onnx": onnx_name, "converter": CONVERTER_ID},
+        "tokenizer": bundle.tokenizer,
     }
+    if bundle.chat_template is not None:
+        config["chat"] = bundle.chat_template
+    config["source"] = {"onnx": onnx_name, "converter": CONVERTER_ID}
+    return config
 
 
-def write_model_dir(out_dir, config, tensors, tokenizer_path):
-    """tensors: kvx name -> fp32 array in kvx layout. tokenizer_path: copied verbatim, or None."""
+def write_model_dir(out_dir, config, tensors, files):
+    """tensors: kvx name -> fp32 array in kvx layout. files: name in the directory -> file copied verbatim
+    (tokenizer, chat template)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / WEIGHTS_FILE))
-    tokenizer_target = out_dir / TOKENIZER_FILE
-    if tokenizer_path is not None:
-        shutil.copyfile(tokenizer_path, tokenizer_target)
-    else:
-        tokenizer_target.unlink(missing_ok=True)  # a stale one would contradict "tokenizer": null
+    for name in BUNDLED_FILES:
+        if name in files:
+            shutil.copyfile(files[name], out_dir / name)
+        else:
+            (out_dir / name).unlink(missing_ok=True)  # a stale one would contradict config.json
     config_path = out_dir / "config.json"
     config_path.write_text(json.dumps(config, indent=2) + "\n")
     # safetensors creates its file 0600; give it the permissions a plain write got under this umask.

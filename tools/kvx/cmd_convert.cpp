@@ -14,6 +14,8 @@ struct ConvertOptions {
     std::string onnx_path;
     std::string output_dir;
     std::string tokenizer;
+    std::string merges;
+    std::string chat_template;
     int max_seq_len = 0;
 };
 
@@ -27,6 +29,8 @@ int run_convert(const ConvertOptions& o) {
     const std::string script = env_or("KVX_CONVERTER", KVX_CONVERTER_SCRIPT);
     std::vector<std::string> args = {python, script, o.onnx_path, "-o", o.output_dir};
     if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
+    if (!o.merges.empty()) args.insert(args.end(), {"--merges", o.merges});
+    if (!o.chat_template.empty()) args.insert(args.end(), {"--chat-template", o.chat_template});
     if (o.max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(o.max_seq_len)});
 
     std::vector<char*> argv;
@@ -52,7 +56,10 @@ void add_convert_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("convert", "Convert an ONNX model into a kvx model directory");
     cmd->add_option("model", o->onnx_path, "ONNX file (external data beside it is found)")->required();
     cmd->add_option("-o,--output", o->output_dir, "Model directory to write")->required();
-    cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer file to bundle (llama2.c tokenizer.bin)");
+    cmd->add_option("--tokenizer", o->tokenizer,
+                    "Tokenizer file to bundle: llama2.c tokenizer.bin, HF tokenizer.json or GPT-2 encoder.json");
+    cmd->add_option("--merges", o->merges, "GPT-2's vocab.bpe, with --tokenizer encoder.json");
+    cmd->add_option("--chat-template", o->chat_template, "Jinja chat template file to bundle");
     cmd->add_option("--max-seq-len", o->max_seq_len,
                     "Context length of the model, when the ONNX file's metadata does not give it")
         ->check(CLI::PositiveNumber);

@@ -1,8 +1,6 @@
 // kvx generate: text in, text out, streamed, with prefill and decode speed on stderr at the end. The prompt
 // may be token ids instead (--tokens); a model without a tokenizer then writes token ids too.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "backend_choice.h"
 #include "commands.h"
@@ -10,6 +8,7 @@
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"
+#include "text_file.h"
 #include "token_list.h"
 
 namespace kvx::cli {
@@ -24,14 +23,6 @@ struct GenerateOptions {
     SamplingFlags sampling;
 };
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot read prompt file '" + path + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
     auto per_second = [](double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; };
     std::fprintf(stderr, "\nkvx: prompt %d tokens, prefill %.3f ms (%.1f tokens/s)\n", s.prompt_tokens,
@@ -44,7 +35,7 @@ void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
 }
 
 void run_generate(const GenerateOptions& o) {
-    std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+    std::string prompt = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
     const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
 
@@ -52,8 +43,11 @@ void run_generate(const GenerateOptions& o) {
     const ModelConfig& config = loaded.model->config;
     const bool ids_only = !o.tokens.empty() && config.tokenizer_type.empty();
     const auto tokenizer = ids_only ? token_id_text() : load_tokenizer(loaded.model->dir, config);
-    const std::vector<int32_t> tokens =
+    std::vector<int32_t> tokens =
         o.tokens.empty() ? tokenizer->encode(prompt, /*add_bos=*/true) : parse_token_list(o.tokens);
+    // A tokenizer that puts nothing before a text (GPT-2's) gives an empty prompt no tokens; the model's
+    // BOS, where it has one, is what such models start from (HF's generate does the same).
+    if (tokens.empty() && config.bos_token_id >= 0) tokens.push_back(config.bos_token_id);
     for (int32_t token : tokens)  // before the tokenizer prints them
         if (token >= config.vocab_size)
             throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
