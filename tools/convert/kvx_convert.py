@@ -18,6 +18,7 @@ from llama_mapper import map_llama
 from kvx_writer import kvx_config, write_model_dir
 from onnx_loading import check_onnx_model, load_onnx_model
 from op_support import check_supported_ops
+from special_tokens import special_token_ids
 
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
@@ -51,7 +52,8 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None):
     mapped = map_llama(GraphIndex(model.graph))
     if tokenizer_path is not None:
         check_llama2c_tokenizer(tokenizer_path, mapped.hyperparameters["vocab_size"])
-    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, tokenizer_path is not None,
+    token_ids = special_token_ids(model, mapped.hyperparameters["vocab_size"])
+    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, token_ids, tokenizer_path is not None,
                         Path(onnx_path).name)
     try:
         write_model_dir(out_dir, config, mapped.tensors, tokenizer_path)

@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from llama2c_tokenizer import LLAMA2C_BOS, LLAMA2C_EOS_IDS
-
 FORMAT_VERSION = 1
 CONVERTER_ID = "kvx-convert 1"
 WEIGHTS_FILE = "model.safetensors"
@@ -21,8 +19,8 @@ def _json_float32(value):
     return float(str(np.float32(value)))
 
 
-def kvx_config(architecture, hyperparameters, max_seq_len, has_tokenizer, onnx_name):
-    """config.json's content, keys in the documented order."""
+def kvx_config(architecture, hyperparameters, max_seq_len, token_ids, has_tokenizer, onnx_name):
+    """config.json's content, keys in the documented order. token_ids: (bos id, [eos ids])."""
     h = hyperparameters
     return {
         "format": "kvx-model",
@@ -39,9 +37,8 @@ def kvx_config(architecture, hyperparameters, max_seq_len, has_tokenizer, onnx_n
         "norm_eps": _json_float32(h["norm_eps"]),
         "rope_style": h["rope_style"],
         "tied_embeddings": bool(h["tied_embeddings"]),
-        # The llama2.c ids are written without a tokenizer too, so that the field keeps one type.
-        "bos_token_id": LLAMA2C_BOS,
-        "eos_token_ids": list(LLAMA2C_EOS_IDS),
+        "bos_token_id": int(token_ids[0]),
+        "eos_token_ids": [int(t) for t in token_ids[1]],
         "weights": {"file": WEIGHTS_FILE, "dtype": "f32"},
         "tokenizer": {"type": "llama2c", "file": TOKENIZER_FILE} if has_tokenizer else None,
         "source": {"onnx": onnx_name, "converter": CONVERTER_ID},

@@ -1,12 +1,15 @@
-"""Self-attention with a KV cache, as torch exports HF's LlamaAttention.
+"""Self-attention, as torch exports HF's LlamaAttention with a KV cache or without one.
 
 The three projections reading the normed activations are told apart by where their outputs go, never
 by name:
   query: split into heads -> RoPE -> (scale) -> MatMul with K^T
-  key:   split into heads -> RoPE -> Concat(past key input, .) = a graph output (present key)
-  value: split into heads ->         Concat(past value input, .) = a graph output (present value)
-Then the core is checked: scores scaled by 1/sqrt(head_dim) (as kvx computes them), mask Add, Softmax,
-MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Add.
+  key:   split into heads -> RoPE -> [Concat(past key input, .) = a graph output (present key)] -> K^T
+  value: split into heads ->         [Concat(past value input, .) = a graph output (present value)]
+The bracketed cache Concat is there in graphs exported with past_key_values and absent in those without;
+both give the same model, since kvx keeps its own cache. Without it, query and key are told apart by
+which side of the scores MatMul they reach. Then the core is checked: scores scaled by 1/sqrt(head_dim)
+(as kvx computes them), mask Add, Softmax, MatMul with the (head-repeated) values, heads merged, o_proj,
+residual Add.
 """
 
 from dataclasses import dataclass
@@ -43,7 +46,8 @@ class _Projection:
     n_heads: int
     head_dim: int
     rope: Optional[Rope]  # None for the value projection
-    end: str  # where the path was followed to: rotated query, or the cache Concat output
+    end: str  # where the path was followed to: the cache Concat output, else the rotated or split heads
+    cached: bool  # whether end is a cache Concat (a graph exported with past_key_values)
 
 
 def match_attention(ix, normed, residual, after):
@@ -52,13 +56,7 @@ def match_attention(ix, normed, residual, after):
     if len(linears) != 3:
         raise cannot_map(after, f"three MatMuls (q, k, v projections) reading '{normed}', "
                                 f"found {len(linears)}")
-    roles = {}
-    for matmul in linears:
-        role, projection = _classify_projection(ix, matmul)
-        if role in roles:
-            raise cannot_map(matmul, f"one {role} projection per layer, found a second")
-        roles[role] = projection
-    q, k, v = roles["query"], roles["key"], roles["value"]
+    q, k, v = _assign_roles(ix, [_follow_projection(ix, matmul) for matmul in linears])
     _check_head_shapes(q, k, v)
     if not np.array_equal(q.rope.inv_freq, k.rope.inv_freq):
         raise cannot_map(k.matmul, "the same RoPE frequencies for Q and K")
@@ -104,19 +102,54 @@ def _cache_concat(ix, tensor):
     return None
 
 
-def _classify_projection(ix, matmul):
+def _follow_projection(ix, matmul):
+    """The projection's heads, its RoPE if any, and the tensor its path ends in: the cache Concat's
+    output where there is one, else the rotated (or, for V, the split) tensor."""
     heads, head_dim, split = _split_heads(ix, matmul)
     rope = match_rope(ix, split, head_dim)
     end = rope.output if rope else split
     cache = _cache_concat(ix, end)
-    if cache is not None:
-        role, end = ("key" if rope else "value"), cache.output[0]
-    elif rope is not None:
-        role = "query"
-    else:
-        raise cannot_map(matmul, "a query (RoPE -> Q K^T), key (RoPE -> cache Concat) or value "
-                                 "(cache Concat) projection")
-    return role, _Projection(matmul, heads, head_dim, rope, end)
+    return _Projection(matmul, heads, head_dim, rope, end if cache is None else cache.output[0],
+                       cached=cache is not None)
+
+
+def _reaches_right_of_matmul(ix, tensor):
+    """Whether tensor, through head repeats, transposes and constant scalings, is the right operand of
+    a MatMul (the key side of Q K^T)."""
+    frontier, seen = [tensor], set()
+    while frontier:
+        t = frontier.pop()
+        seen.add(t)
+        for node in ix.consumers(t):
+            if node.op_type == "MatMul" and node.input[1] == t:
+                return True
+            passes = node.op_type in REPEAT_KV_OPS or node.op_type == "Transpose" \
+                or _scale_of(ix, node, t) is not None
+            if passes and node.output[0] not in seen:
+                frontier.append(node.output[0])
+    return False
+
+
+def _assign_roles(ix, projections):
+    """(query, key, value) among the three: value is the one without RoPE; of the two with it, the key
+    is the cached one, or, in a graph without a cache, the one that reaches K^T."""
+    rotated = [p for p in projections if p.rope is not None]
+    plain = [p for p in projections if p.rope is None]
+    if len(rotated) != 2 or len(plain) != 1:
+        raise cannot_map(projections[0].matmul, "two projections through RoPE (query, key) and one without "
+                                                f"(value), found {len(rotated)} with RoPE")
+    value = plain[0]
+    keys = [p for p in rotated if p.cached] if value.cached \
+        else [p for p in rotated if not p.cached and _reaches_right_of_matmul(ix, p.end)]
+    if len(keys) != 1:
+        cache = "with" if value.cached else "without"
+        raise cannot_map(rotated[0].matmul, f"one key projection {cache} a cache Concat like the value's, "
+                                            f"found {len(keys)}")
+    key = keys[0]
+    query = rotated[1] if rotated[0] is key else rotated[0]
+    if query.cached:
+        raise cannot_map(query.matmul, "the query projection without a cache Concat")
+    return query, key, value
 
 
 def _check_head_shapes(q, k, v):

@@ -3,7 +3,7 @@
 
   python3 tools/export/export_random_llama.py --dim D --hidden H --layers L --heads NH \\
       --kv-heads NKV --head-dim HD --vocab V [--untied] [--max-seq-len N] [--norm-eps E] \\
-      [--rope-theta T] --seed S -o OUT.onnx [--external-data]
+      [--rope-theta T] --seed S -o OUT.onnx [--external-data] [--no-past]
 """
 
 import argparse
@@ -70,6 +70,7 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--external-data", action="store_true", help="weights in OUT.onnx.data")
+    parser.add_argument("--no-past", action="store_true", help="no past_key_values inputs / present outputs")
     args = parser.parse_args(argv)
     if args.head_dim % 2 or args.heads % args.kv_heads:
         parser.error("--head-dim must be even and --heads a multiple of --kv-heads")
@@ -84,7 +85,7 @@ def main(argv=None):
         "max_seq_len": args.max_seq_len, "norm_eps": args.norm_eps, "rope_theta": args.rope_theta,
     }
     weights = random_llama_weights(config, tied=not args.untied, seed=args.seed)
-    save_onnx(build_llama_graph(config, weights), args.output, args.external_data)
+    save_onnx(build_llama_graph(config, weights, with_past=not args.no_past), args.output, args.external_data)
     return 0
 
 

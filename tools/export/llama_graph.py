@@ -1,6 +1,7 @@
 """Builds the ONNX graph of a Llama decoder the way torch.onnx.export writes HF's LlamaForCausalLM.
 
-Only default-domain operators. The interface is the one HF/optimum exports use:
+Only default-domain operators. The interface is the one HF/optimum exports use, which is also ONNX Runtime
+GenAI's default layout:
   inputs   input_ids                  int64 [batch_size, sequence_length]
            attention_mask             int64 [batch_size, total_sequence_length]  (1 = real token)
            position_ids               int64 [batch_size, sequence_length]
@@ -9,15 +10,20 @@ Only default-domain operators. The interface is the one HF/optimum exports use:
   outputs  logits                     f32   [batch_size, sequence_length, vocab_size]
            present.{i}.key / .value   f32   [batch_size, n_kv_heads, total_sequence_length, head_dim]
 where total_sequence_length = past_sequence_length + sequence_length. Keys are cached after RoPE.
+With with_past=False the graph has neither past_key_values.* nor present.* (optimum's export without
+"-with-past"): every run recomputes the whole sequence, and total_sequence_length = sequence_length.
 
 config: dict with dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len,
-norm_eps, rope_theta.
+norm_eps, rope_theta; optionally bos_token_id (int) and eos_token_ids (list of int), written to the
+model's metadata_props as bos_token_id and eos_token_id (JSON) beside max_position_embeddings.
 weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear weights [out, in]
 (PyTorch's layout), Q and K rows already in rotate-half order within each head:
   tok_embeddings [vocab, dim]; final_norm [dim]; classifier [vocab, dim] only when untied;
   layers.{i}.attn_norm / ffn_norm [dim]; wq [n_heads*head_dim, dim]; wk, wv [n_kv_heads*head_dim, dim];
   wo [dim, n_heads*head_dim]; w_gate, w_up [hidden_dim, dim]; w_down [dim, hidden_dim].
 """
+
+import json
 
 import numpy as np
 
@@ -35,14 +41,40 @@ def rope_inv_freq(head_dim, theta):
     return (1.0 / theta**exponents).astype(np.float32)
 
 
-def build_llama_graph(config, weights):
-    return _LlamaGraph(config, weights).build()
+def interleaved_to_rotate_half(w, n_heads):
+    """w [n_heads*head_dim, in] -> same shape with rows reordered inside each head.
+
+    llama2.c and llama.cpp's GGUF files rotate neighbours (2j, 2j+1) by frequency j; HF's rotate_half
+    rotates (j, j + head_dim/2) by frequency j. Putting row 2j at j and row 2j+1 at j + head_dim/2 makes
+    the two compute the same thing; q.k is unchanged because Q and K get the same permutation. (HF's
+    conversion script does it; llama.cpp's GGUF converter does the inverse.)
+    """
+    rows, cols = w.shape
+    head_dim = rows // n_heads
+    return (w.reshape(n_heads, head_dim // 2, 2, cols)
+             .transpose(0, 2, 1, 3)
+             .reshape(rows, cols))
+
+
+def build_llama_graph(config, weights, with_past=True):
+    return _LlamaGraph(config, weights, with_past).build()
+
+
+def graph_metadata(config):
+    """metadata_props of the exported model: the context length, and the special token ids when known."""
+    metadata = {"max_position_embeddings": config["max_seq_len"]}
+    if "bos_token_id" in config:
+        metadata["bos_token_id"] = json.dumps(int(config["bos_token_id"]))
+    if "eos_token_ids" in config:
+        metadata["eos_token_id"] = json.dumps([int(t) for t in config["eos_token_ids"]])
+    return metadata
 
 
 class _LlamaGraph:
-    def __init__(self, config, weights):
+    def __init__(self, config, weights, with_past):
         self.c = config
         self.w = weights
+        self.with_past = with_past
         self.g = OnnxGraphBuilder()
 
     # -- small pieces ---------------------------------------------------------------------------
@@ -148,11 +180,12 @@ class _LlamaGraph:
         v = self._split_heads(self._linear(x, f"layers.{i}.wv", f"{scope}/v_proj"), c["n_kv_heads"], scope)
         q = self._apply_rope(q, cos, sin, scope)
         k = self._apply_rope(k, cos, sin, scope)
-        # [b, n_kv_heads, t, head_dim]: the cache, returned to the caller as present.*
-        k_all = g.op("Concat", [f"past_key_values.{i}.key", k], scope,
-                     outputs=[f"present.{i}.key"], axis=2)
-        v_all = g.op("Concat", [f"past_key_values.{i}.value", v], scope,
-                     outputs=[f"present.{i}.value"], axis=2)
+        k_all, v_all = k, v  # [b, n_kv_heads, t, head_dim]
+        if self.with_past:  # the cache, returned to the caller as present.*
+            k_all = g.op("Concat", [f"past_key_values.{i}.key", k], scope,
+                         outputs=[f"present.{i}.key"], axis=2)
+            v_all = g.op("Concat", [f"past_key_values.{i}.value", v], scope,
+                         outputs=[f"present.{i}.value"], axis=2)
         k_t = g.op("Transpose", [self._repeat_kv(k_all, scope)], scope, perm=[0, 1, 3, 2])
         scores = g.op("MatMul", [q, k_t], scope)  # [b, n_heads, s, t]
         scaled = g.op("Mul", [scores, g.const(1.0 / np.sqrt(c["head_dim"]), scope, np.float32)], scope)
@@ -184,7 +217,7 @@ class _LlamaGraph:
         g.add_input("attention_mask", INT64, ["batch_size", "total_sequence_length"])
         g.add_input("position_ids", INT64, ["batch_size", "sequence_length"])
         g.add_output("logits", FLOAT, ["batch_size", "sequence_length", c["vocab_size"]])
-        for i in range(c["n_layers"]):
+        for i in range(c["n_layers"] if self.with_past else 0):
             for kind in ("key", "value"):
                 g.add_input(f"past_key_values.{i}.{kind}", FLOAT, kv_shape)
                 g.add_output(f"present.{i}.{kind}", FLOAT, present_shape)
@@ -207,4 +240,4 @@ class _LlamaGraph:
             hidden = g.op("Add", [hidden, self._mlp(i, normed)], layer)
         normed = self._rms_norm(hidden, "final_norm", "model.norm.weight", "/model/norm")
         g.op("MatMul", [normed, self._lm_head_weight()], "/lm_head", outputs=["logits"])
-        return g.build("main_graph", OPSET, IR_VERSION, {"max_position_embeddings": c["max_seq_len"]})
+        return g.build("main_graph", OPSET, IR_VERSION, graph_metadata(c))
