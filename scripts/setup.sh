@@ -21,7 +21,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, safetensors" 2>/dev/null; then
+if ! .venv/bin/python -c "import onnx, onnxruntime, numpy, safetensors, gguf, tokenizers, jinja2" 2>/dev/null; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
 fi
