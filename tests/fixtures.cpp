@@ -23,8 +23,9 @@ static std::string fixtures_root() {
     return root;
 }
 
-Fixture load_fixture(const std::string& name) {
-    const std::string dir = fixtures_root() + "/" + name;
+Fixture load_fixture(const std::string& name) { return load_fixture_at(fixtures_root() + "/" + name, name); }
+
+Fixture load_fixture_at(const std::string& dir, const std::string& name) {
     Fixture f;
     f.name = name;
     f.model_dir = dir + "/model";

@@ -25,6 +25,8 @@ struct Fixture {
 // Every fixture under $KVX_FIXTURES; fails the test (not skips) when the variable or the files are missing.
 std::vector<Fixture> load_fixtures();
 Fixture load_fixture(const std::string& name);
+// The fixture in dir, laid out as under $KVX_FIXTURES (meta.json, tokens.npy, ref_logits.npy, model/).
+Fixture load_fixture_at(const std::string& dir, const std::string& name);
 
 // Runs tokens[0, n_prefill) as one prefill and every later token as a decode step, returning the logits
 // of every position [n_tokens][vocab], as kvx logits does.

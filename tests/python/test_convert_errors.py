@@ -119,6 +119,17 @@ class ConverterRefusals(unittest.TestCase):
         run_ok(self, "convert/kvx_convert.py", no_metadata, "-o", out_dir, "--max-seq-len", 100)
         self.assertIn('"max_seq_len": 100', (out_dir / "config.json").read_text())
 
+    def test_token_id_metadata_must_be_ids_in_the_vocabulary(self):
+        for key, value, fragment in (("bos_token_id", "one", "is not a token id"),
+                                     ("bos_token_id", "[1, 2]", "must be one token id"),
+                                     ("eos_token_id", "[2, 512]", "token id 512, outside the vocabulary of 512"),
+                                     ("eos_token_id", "[]", "is not a token id"),
+                                     ("eos_token_id", "true", "is not a token id")):
+            with self.subTest(key=key, value=value):
+                path = self._variant(f"{key}_{len(value)}", lambda model: helper.set_model_props(
+                    model, {"max_position_embeddings": "512", key: value}))
+                self._refused(path, f"metadata '{key}'", fragment)
+
 
 if __name__ == "__main__":
     unittest.main()

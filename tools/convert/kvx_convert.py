@@ -22,6 +22,7 @@ from graph_mapper import map_graph
 from kvx_writer import kvx_config, write_model_dir
 from onnx_loading import check_onnx_model, load_onnx_model
 from op_support import check_supported_ops
+from special_tokens import special_token_ids
 from tokenizer_bundle import bundle
 
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
@@ -62,7 +63,14 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     seq_len = max_seq_len_of(model, max_seq_len, None if positions is None else positions.shape[0])
     if positions is not None:
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
-    extras = bundle(tokenizer_path, merges_path, chat_template_path, mapped.hyperparameters["vocab_size"])
+    vocab_size = mapped.hyperparameters["vocab_size"]
+    extras = bundle(tokenizer_path, merges_path, chat_template_path, vocab_size)
+    # Ids the exporter wrote into the ONNX metadata win over those the tokenizer files imply.
+    bos, eos = special_token_ids(model, vocab_size)
+    if bos is not None:
+        extras.bos_token_id = bos
+    if eos is not None:
+        extras.eos_token_ids = eos
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name)
     try:
         write_model_dir(out_dir, config, mapped.tensors, extras.files)

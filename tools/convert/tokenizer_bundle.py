@@ -25,9 +25,9 @@ BUNDLED_FILES = (LLAMA2C_FILE, HF_FILE, GPT2_FILE, GPT2_MERGES_FILE, CHAT_TEMPLA
 class Bundle:
     tokenizer: dict = None      # config.json's "tokenizer" entry, None without one
     chat_template: dict = None  # config.json's "chat" entry, None without a template
-    # The llama2.c ids are written without a tokenizer too, so that the fields keep one type.
-    bos_token_id: int = LLAMA2C_BOS
-    eos_token_ids: list = field(default_factory=lambda: list(LLAMA2C_EOS_IDS))
+    # Without a tokenizer (or metadata, kvx_convert.py) a model has no known BOS and no stop token.
+    bos_token_id: int = -1
+    eos_token_ids: list = field(default_factory=list)
     files: dict = field(default_factory=dict)  # name in the model directory -> file to copy
 
 
@@ -47,6 +47,7 @@ def _bundle_tokenizer(b, path, merges_path, vocab_size):
             raise ConvertError(f"--merges goes with a GPT-2 encoder.json, not with {path}")
         check_llama2c_tokenizer(path, vocab_size)
         b.tokenizer = {"type": "llama2c", "file": LLAMA2C_FILE}
+        b.bos_token_id, b.eos_token_ids = LLAMA2C_BOS, list(LLAMA2C_EOS_IDS)
         b.files[LLAMA2C_FILE] = path
         return
     j = read_json(path, "tokenizer")

@@ -11,6 +11,8 @@ freq_cis_imag [seq_len, head_size/2], wcls [vocab, dim] (untied only). Linear we
 
 import numpy as np
 
+from llama_graph import interleaved_to_rotate_half
+
 HEADER_INTS = 7
 LLAMA2C_NORM_EPS = 1e-5  # hard-coded in run.c's rmsnorm
 LLAMA2C_ROPE_THETA = 10000.0  # run.c: freq = 1 / 10000^(2i / head_size)
@@ -18,20 +20,6 @@ LLAMA2C_ROPE_THETA = 10000.0  # run.c: freq = 1 / 10000^(2i / head_size)
 
 class CheckpointError(Exception):
     pass
-
-
-def interleaved_to_rotate_half(w, n_heads):
-    """w [n_heads*head_dim, in] -> same shape with rows reordered inside each head.
-
-    llama2.c rotates neighbours (2j, 2j+1) by frequency j; HF's rotate_half rotates (j, j + head_dim/2)
-    by frequency j. Putting row 2j at j and row 2j+1 at j + head_dim/2 makes the two compute the same
-    thing; q.k is unchanged because Q and K get the same permutation. (HF's conversion script does it.)
-    """
-    rows, cols = w.shape
-    head_dim = rows // n_heads
-    return (w.reshape(n_heads, head_dim // 2, 2, cols)
-             .transpose(0, 2, 1, 3)
-             .reshape(rows, cols))
 
 
 def read_llama2c_checkpoint(path):

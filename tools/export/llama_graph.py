@@ -35,6 +35,21 @@ def rope_inv_freq(head_dim, theta):
     return (1.0 / theta**exponents).astype(np.float32)
 
 
+def interleaved_to_rotate_half(w, n_heads):
+    """w [n_heads*head_dim, in] -> same shape with rows reordered inside each head.
+
+    llama2.c and llama.cpp's GGUF files rotate neighbours (2j, 2j+1) by frequency j; HF's rotate_half
+    rotates (j, j + head_dim/2) by frequency j. Putting row 2j at j and row 2j+1 at j + head_dim/2 makes
+    the two compute the same thing; q.k is unchanged because Q and K get the same permutation. (HF's
+    conversion script does it; llama.cpp's GGUF converter does the inverse.)
+    """
+    rows, cols = w.shape
+    head_dim = rows // n_heads
+    return (w.reshape(n_heads, head_dim // 2, 2, cols)
+             .transpose(0, 2, 1, 3)
+             .reshape(rows, cols))
+
+
 def build_llama_graph(config, weights):
     return _LlamaGraph(config, weights).build()
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The SmolLM2-135M-Instruct fixture ($KVX_SMOLLM2_DIR, made by tools/fixtures/make_smollm2.py): its
+config.json against the GGUF file's metadata, and its tokenizer.json on strings whose pieces are plain
+to see. Exits 77 (ctest: skipped) when the fixture step could not fetch the model and was allowed not to."""
+
+import json
+import os
+import sys
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+# kvx_test_support first: it puts the tools' folders on sys.path.
+import kvx_test_support  # noqa: F401
+from gguf import GGUFReader
+from tokenizers import Tokenizer
+
+from fetch_smollm2 import GGUF_MEMBER
+from make_smollm2 import PROMPT, UNAVAILABLE_FILE, chat_prompt_tokens
+
+SKIP_EXIT_CODE = 77
+MODEL_DIR = Path(os.environ.get("KVX_SMOLLM2_DIR", ""))
+FIXTURE = MODEL_DIR.parent  # fixture/ holds model/ (the kvx directory) and the exported files
+CACHE_FOLDER = FIXTURE.parent  # smollm2-135m-instruct/ holds the GGUF file and fixture/
+
+
+class SmolLM2Fixture(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.config = json.loads((MODEL_DIR / "config.json").read_text())
+        cls.tokenizer = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+        cls.gguf = GGUFReader(str(CACHE_FOLDER / Path(GGUF_MEMBER).name))
+
+    def metadata(self, key):
+        return self.gguf.fields[key].contents()
+
+    def test_config_from_the_gguf_metadata(self):
+        c = self.config
+        self.assertEqual((c["n_layers"], c["dim"], c["hidden_dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"]),
+                         (self.metadata("llama.block_count"), self.metadata("llama.embedding_length"),
+                          self.metadata("llama.feed_forward_length"), self.metadata("llama.attention.head_count"),
+                          self.metadata("llama.attention.head_count_kv"), 64))
+        self.assertEqual((c["vocab_size"], c["max_seq_len"]), (49152, self.metadata("llama.context_length")))
+        self.assertEqual(c["bos_token_id"], self.metadata("tokenizer.ggml.bos_token_id"))
+        self.assertEqual(c["eos_token_ids"], [self.metadata("tokenizer.ggml.eos_token_id")])
+        self.assertEqual(np.float32(c["norm_eps"]), np.float32(self.metadata("llama.attention.layer_norm_rms_epsilon")))
+        self.assertTrue(c["tied_embeddings"])
+        self.assertEqual((MODEL_DIR / "chat_template.jinja").read_text(), self.metadata("tokenizer.chat_template"))
+
+    def test_tokenizer_pieces(self):
+        tokens = self.metadata("tokenizer.ggml.tokens")
+        self.assertEqual(self.tokenizer.get_vocab_size(), len(tokens))
+
+        def pieces(text):
+            return [tokens[i] for i in self.tokenizer.encode(text).ids]
+
+        self.assertEqual(pieces("Hello world"), ["Hello", "Ġworld"])  # no BOS, no prefix space
+        self.assertEqual(pieces("in 2024"), ["in", "Ġ", "2", "0", "2", "4"])  # digits one by one
+        self.assertEqual(pieces("<|im_start|>user\n"), ["<|im_start|>", "user", "Ċ"])  # control token whole
+        self.assertEqual(self.tokenizer.token_to_id("<|im_end|>"), self.config["eos_token_ids"][0])
+
+    def test_round_trip(self):
+        for text in ["The capital of France is Paris.", "  indented\tcode();\n", "naïve café, 3.14159 €",
+                     "日本語のテキスト", "emoji 🙂 and <|im_end|> inside"]:
+            with self.subTest(text):
+                ids = self.tokenizer.encode(text).ids
+                self.assertEqual(self.tokenizer.decode(ids, skip_special_tokens=False), text)
+
+    def test_prompt_tokens_are_the_chat_template_rendered(self):
+        prompt = np.load(FIXTURE / "prompt_tokens.npy")
+        np.testing.assert_array_equal(prompt, chat_prompt_tokens(MODEL_DIR))
+        text = self.tokenizer.decode(prompt.tolist(), skip_special_tokens=False)
+        self.assertTrue(text.startswith("<|im_start|>system\n"), text)
+        self.assertTrue(text.endswith(f"<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"), text)
+
+
+if __name__ == "__main__":
+    if not (FIXTURE / "meta.json").is_file() and (CACHE_FOLDER / UNAVAILABLE_FILE).is_file():
+        print("SKIP: " + (CACHE_FOLDER / UNAVAILABLE_FILE).read_text().strip())
+        sys.exit(SKIP_EXIT_CODE)
+    if not MODEL_DIR.name:
+        sys.exit("KVX_SMOLLM2_DIR is not set: run through ctest, which makes the SmolLM2 fixture first")
+    unittest.main()
