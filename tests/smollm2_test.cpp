@@ -11,7 +11,7 @@
 #include "engine/position_logits.h"
 #include "engine/sampler.h"
 #include "fixtures.h"
-#include "models/llama_host.h"
+#include "models/decoder_host.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -38,7 +38,7 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 Engine small_engine(const Model& model, const KernelTable& kernels, int32_t context) {
     EngineOptions options;
     options.context = context;
-    return Engine(model.config, std::make_unique<LlamaHostBackend>(model, kernels), options);
+    return Engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import unittest
 
 from kvx_cli import KVX
@@ -22,8 +23,6 @@ def render(template, messages):
     return env.from_string(template).render(messages=messages, add_generation_prompt=True)
 
 
-@unittest.skipUnless(SMOLLM2 and os.path.exists(os.path.join(SMOLLM2, "config.json")),
-                     "SmolLM2 is not available (KVX_SMOLLM2_DIR unset or empty): see docs/testing.md")
 class ChatWithSmolLM2(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -78,4 +77,8 @@ class ChatWithSmolLM2(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if not (SMOLLM2 and os.path.exists(os.path.join(SMOLLM2, "config.json"))):
+        print("SKIP: SmolLM2 is not available (its fixture step could not fetch it and was allowed not to; "
+              "see docs/testing.md)")
+        sys.exit(77)  # ctest: skipped
     unittest.main()

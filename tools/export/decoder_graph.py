@@ -5,11 +5,24 @@ A subclass sets self.c (its config dict: n_layers, n_heads, n_kv_heads, head_dim
 (an OnnxGraphBuilder).
 """
 
+import json
+
 import numpy as np
 
 from onnx_graph_builder import BOOL, FLOAT, INT64
 
 MASKED_SCORE = np.finfo(np.float32).min  # what HF adds to masked scores; finite, so no NaN from -inf - -inf
+
+
+def graph_metadata(config):
+    """metadata_props of the exported model: the context length, and the special token ids when known
+    (kvx convert reads them; HF's config.json spells the EOS key in the singular)."""
+    metadata = {"max_position_embeddings": config["max_seq_len"]}
+    if "bos_token_id" in config:
+        metadata["bos_token_id"] = json.dumps(int(config["bos_token_id"]))
+    if "eos_token_ids" in config:
+        metadata["eos_token_id"] = json.dumps([int(t) for t in config["eos_token_ids"]])
+    return metadata
 
 
 class DecoderGraph:

@@ -121,7 +121,7 @@ def read_gguf_llama(reader, path):
 
 def _check_shapes(path, config, weights):
     """Every tensor against the shape the metadata implies (kvx's own table of them)."""
-    layout = {**config, "tied_embeddings": "classifier" not in weights}
+    layout = {"architecture": "llama", **config, "tied_embeddings": "classifier" not in weights}
     for name, shape in expected_tensor_shapes(layout).items():
         if name in weights and weights[name].shape != shape:
             raise GgufError(f"{path}: {name} has shape {list(weights[name].shape)}, the metadata implies "

@@ -28,7 +28,7 @@ _bias; w_down [dim, hidden_dim] + _bias.
 
 import numpy as np
 
-from decoder_graph import DecoderGraph
+from decoder_graph import DecoderGraph, graph_metadata
 from llama_graph import IR_VERSION, OPSET
 from onnx_graph_builder import OnnxGraphBuilder
 
@@ -141,4 +141,4 @@ class _Gpt2Graph(DecoderGraph):
             hidden = g.op("Add", [hidden, self._mlp(i, normed)], layer)
         normed = self._layer_norm(hidden, "final_norm", "transformer.ln_f", "/transformer/ln_f")
         g.op("MatMul", [normed, self._lm_head_weight()], "/lm_head", outputs=["logits"])
-        return g.build("main_graph", OPSET, IR_VERSION, {"max_position_embeddings": c["max_seq_len"]})
+        return g.build("main_graph", OPSET, IR_VERSION, graph_metadata(c))

@@ -21,7 +21,7 @@ weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear w
 
 import numpy as np
 
-from decoder_graph import DecoderGraph
+from decoder_graph import DecoderGraph, graph_metadata
 from onnx_graph_builder import FLOAT, OnnxGraphBuilder
 
 OPSET = 17
@@ -171,4 +171,4 @@ class _LlamaGraph(DecoderGraph):
             hidden = g.op("Add", [hidden, self._mlp(i, normed)], layer)
         normed = self._rms_norm(hidden, "final_norm", "model.norm.weight", "/model/norm")
         g.op("MatMul", [normed, self._lm_head_weight()], "/lm_head", outputs=["logits"])
-        return g.build("main_graph", OPSET, IR_VERSION, {"max_position_embeddings": c["max_seq_len"]})
+        return g.build("main_graph", OPSET, IR_VERSION, graph_metadata(c))
