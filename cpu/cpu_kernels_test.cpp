@@ -16,9 +16,11 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
+#include "kernels/f16.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -141,7 +143,21 @@ private:
     bool had_value_ = false;
 };
 
-// ---- matmul -------------------------------------------------------------------------------------------
+// ---- matmul, matmul_f16 ------------------------------------------------------------------------------
+
+// Weights [m][k] drawn like the activations: fp32 for matmul, or the same draws rounded to fp16 for
+// matmul_f16, with every 61st one scaled into fp16's subnormal range.
+template <class W>
+std::vector<W> random_weights(size_t n, uint32_t seed) {
+    std::vector<float> w = random_floats(n, seed);
+    if constexpr (std::is_same_v<W, float>) {
+        return w;
+    } else {
+        std::vector<uint16_t> h(n);
+        for (size_t i = 0; i < n; ++i) h[i] = kvx::f32_to_f16(i % 61 == 0 ? w[i] * 1e-5f : w[i]);
+        return h;
+    }
+}
 
 std::vector<float> run_matmul(const KernelTable& kernels, const std::vector<float>& x, const std::vector<float>& w,
                               int n, int k, int m) {
@@ -150,33 +166,73 @@ std::vector<float> run_matmul(const KernelTable& kernels, const std::vector<floa
     return out;
 }
 
+std::vector<float> run_matmul(const KernelTable& kernels, const std::vector<float>& x,
+                              const std::vector<uint16_t>& w, int n, int k, int m) {
+    std::vector<float> out = nan_filled(static_cast<size_t>(n) * m);  // [n][m]
+    kernels.matmul_f16(out.data(), x.data(), w.data(), n, k, m);
+    return out;
+}
+
+template <class W>
 void check_matmul(const KernelTable& kernels, int n, int k, int m, uint32_t seed) {
-    INFO("matmul n=" << n << " k=" << k << " m=" << m);
-    const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, seed);       // [n][k]
-    const std::vector<float> w = random_floats(static_cast<size_t>(m) * k, seed + 1);   // [m][k]
+    INFO("matmul n=" << n << " k=" << k << " m=" << m << (std::is_same_v<W, float> ? "" : " fp16 weights"));
+    const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, seed);  // [n][k]
+    const std::vector<W> w = random_weights<W>(static_cast<size_t>(m) * k, seed + 1);  // [m][k]
     CHECK_CLOSE(run_matmul(kernels, x, w, n, k, m), run_matmul(reference, x, w, n, k, m), kTolerance);
 }
 
-TEST_CASE("matmul matches the reference for awkward shapes", "[matmul]") {
+// W: the weights' storage, float (matmul) or uint16_t (matmul_f16, IEEE fp16 bits).
+TEMPLATE_TEST_CASE("matmul matches the reference for awkward shapes", "[matmul]", float, uint16_t) {
     for_each_level([](const KernelTable& kernels) {
         uint32_t seed = 100;
         for (int n : {1, 2, 3, 5, 33})
             for (int k : {1, 3, 7, 17, 64, 172, 257, 576})
-                for (int m : {1, 3, 7, 17, 64, 172, 257}) check_matmul(kernels, n, k, m, ++seed);
+                for (int m : {1, 3, 7, 17, 64, 172, 257}) check_matmul<TestType>(kernels, n, k, m, ++seed);
     });
 }
 
-TEST_CASE("matmul matches the reference at model shapes and across k blocks", "[matmul]") {
+TEMPLATE_TEST_CASE("matmul matches the reference at model shapes and across k blocks", "[matmul]", float,
+                   uint16_t) {
     for_each_level([](const KernelTable& kernels) {
-        check_matmul(kernels, 1, 576, 576, 1);     // SmolLM-135M projections, decode
-        check_matmul(kernels, 1, 1536, 576, 2);    // its down projection
-        check_matmul(kernels, 1, 576, 49152, 3);   // its classifier
-        check_matmul(kernels, 1, 2048, 300, 4);    // TinyLlama-wide rows
-        check_matmul(kernels, 33, 576, 576, 5);    // a prefill chunk
-        check_matmul(kernels, 7, 1100, 300, 6);    // k spans 3 depth blocks, the last one ragged
-        check_matmul(kernels, 4, 1024, 130, 7);    // k exactly 2 depth blocks, w rows past one w block
-        check_matmul(kernels, 2, 0, 5, 8);         // k == 0: all zeros, still written
-        check_matmul(kernels, 1, 0, 5, 9);
+        check_matmul<TestType>(kernels, 1, 576, 576, 1);     // SmolLM-135M projections, decode
+        check_matmul<TestType>(kernels, 1, 1536, 576, 2);    // its down projection
+        check_matmul<TestType>(kernels, 1, 576, 1536, 10);   // its gate and up projections
+        check_matmul<TestType>(kernels, 1, 576, 49152, 3);   // its classifier
+        check_matmul<TestType>(kernels, 1, 2048, 300, 4);    // TinyLlama-wide rows
+        check_matmul<TestType>(kernels, 33, 576, 576, 5);    // a prefill chunk
+        check_matmul<TestType>(kernels, 7, 1100, 300, 6);    // k spans 3 depth blocks, the last one ragged
+        check_matmul<TestType>(kernels, 4, 1024, 130, 7);    // k exactly 2 depth blocks, w rows past one w block
+        check_matmul<TestType>(kernels, 2, 0, 5, 8);         // k == 0: all zeros, still written
+        check_matmul<TestType>(kernels, 1, 0, 5, 9);
+    });
+}
+
+// Each of the 65536 fp16 bit patterns (normals, subnormals, signed zeros, infinities, NaNs) sits alone in a
+// row of zeros, at a position that varies from row to row (whole vectors and the partial tail), against a
+// one-hot x: every output is that one weight times 1, so it must equal kernels/f16.h's conversion exactly.
+TEST_CASE("matmul_f16 widens every fp16 value exactly", "[matmul]") {
+    constexpr int k = 17, m = 65536;
+    std::vector<uint16_t> w(static_cast<size_t>(m) * k, 0);  // [m][k]
+    std::vector<int> position(m);                            // [m], where row j's value sits
+    for (int j = 0; j < m; ++j) {
+        position[j] = j % k;
+        w[static_cast<size_t>(j) * k + position[j]] = static_cast<uint16_t>(j);
+    }
+    for_each_level([&](const KernelTable& kernels) {
+        for (int p = 0; p < k; ++p) {
+            std::vector<float> x(k, 0.0f);  // [1][k], one-hot at p
+            x[p] = 1.0f;
+            const std::vector<float> out = run_matmul(kernels, x, w, 1, k, m);
+            int wrong = 0;
+            for (int j = 0; j < m; ++j) {
+                if (position[j] != p) continue;
+                const float expected = kvx::f16_to_f32(static_cast<uint16_t>(j));
+                const bool same = std::isnan(expected) ? std::isnan(out[j]) : out[j] == expected;
+                if (!same && wrong++ < 5) CHECK(out[j] == expected);  // reports the first few, with their values
+            }
+            INFO("position " << p);
+            CHECK(wrong == 0);
+        }
     });
 }
 
@@ -557,6 +613,11 @@ TEST_CASE("results with 1 and 2 threads are identical", "[threads]") {
         CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 1, 1536, 576); }));
         CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 33, 576, 576); }));
         CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w, 7, 1100, 130); }));
+        const std::vector<uint16_t> w16 = random_weights<uint16_t>(1536 * 576, 2);
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w16, 1, 576, 1536); }));
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w16, 1, 1536, 576); }));
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w16, 33, 576, 576); }));
+        CHECK(same_with_1_and_2_threads([&] { return run_matmul(kernels, x, w16, 7, 1100, 130); }));
 
         const AttentionBatch prefill = attention_batch(4, 2, 64, 16, {240}, 40, 3);
         CHECK(same_with_1_and_2_threads([&] { return prefill.run(kernels); }));

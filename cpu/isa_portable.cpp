@@ -2,6 +2,7 @@
 // project's baseline flags. Runs on any machine, and is the only level off x86.
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
