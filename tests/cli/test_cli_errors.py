@@ -39,6 +39,7 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["logits", "--tokens", "1,9999", "-o", "a.npy"], "token id 9999 is outside the vocabulary")
         self.assert_fails([], "subcommand")
         self.assert_fails(["frobnicate"], "frobnicate")
+        self.assert_fails(["convert", "model.onnx", "-o", "out", "--dtype", "bf16"], "--dtype")
 
     def test_context_limits(self):
         self.assert_fails(["generate", "-c", "100000"], "exceeds the model's maximum of 512")
@@ -65,7 +66,7 @@ class ErrorsTest(unittest.TestCase):
             "generate": ["-m", "-p", "-f", "--tokens", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
                          "--block-size", "--simd"],
             "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd"],
-            "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len"],
+            "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len", "--dtype"],
             "tokenize": ["-m", "-p", "-f", "--ids", "--no-bos", "--stats"],
         }
         code, out, _ = run("--help")

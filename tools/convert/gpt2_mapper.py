@@ -12,7 +12,7 @@ what the walk finds, never from names.
 from convert_errors import ConvertError, cannot_map
 from gpt2_layers import Gpt2Graph, Gpt2Layer
 from graph_index import node_attr
-from mapped_model import MappedModel, add_classifier, check_shapes, fp32, the_one_eps
+from mapped_model import MappedModel, add_classifier, check_shapes, float_weight, the_one_eps
 from patterns_embedding import match_classifier, token_embedding_gather
 from patterns_fused_qkv import match_fused_qkv_attention
 from patterns_gelu_mlp import match_gelu_mlp
@@ -64,8 +64,8 @@ def assemble_gpt2(graph):
     every layer agrees with the first."""
     if not graph.layers:
         raise ConvertError("cannot map graph: no decoder layer between the embedding and the classifier")
-    embedding = fp32(graph.tok_embeddings, "the token embedding")
-    tensors = {"tok_embeddings": embedding, "pos_embeddings": fp32(graph.pos_embeddings, "the position embedding")}
+    embedding = float_weight(graph.tok_embeddings, "the token embedding")
+    tensors = {"tok_embeddings": embedding, "pos_embeddings": float_weight(graph.pos_embeddings, "the position embedding")}
     first = graph.layers[0].attention
     heads = (first.n_heads, first.n_kv_heads, first.head_dim)
     for i, layer in enumerate(graph.layers):
@@ -78,9 +78,9 @@ def assemble_gpt2(graph):
         _add_norm(tensors, p + "ffn_norm", layer.ffn_norm)
         for name, linear in (("wq", a.q), ("wk", a.k), ("wv", a.v), ("wo", a.o), ("w_up", layer.up),
                              ("w_down", layer.down)):
-            tensors[p + name] = fp32(linear.weight.T, f"layer {i} {name}")
+            tensors[p + name] = float_weight(linear.weight.T, f"layer {i} {name}")
             if linear.bias is not None:
-                tensors[p + name + "_bias"] = fp32(linear.bias, f"layer {i} {name} bias")
+                tensors[p + name + "_bias"] = float_weight(linear.bias, f"layer {i} {name} bias")
     _add_norm(tensors, "final_norm", graph.final_norm)
     norms = [graph.final_norm, *(n for layer in graph.layers for n in (layer.attn_norm, layer.ffn_norm))]
     hyper = {
@@ -99,5 +99,5 @@ def assemble_gpt2(graph):
 
 
 def _add_norm(tensors, name, norm):
-    tensors[name] = fp32(norm.weight, name)
-    tensors[name + "_bias"] = fp32(norm.bias, name + " bias")
+    tensors[name] = float_weight(norm.weight, name)
+    tensors[name + "_bias"] = float_weight(norm.bias, name + " bias")

@@ -2,7 +2,7 @@
 """Converts an ONNX decoder into a kvx model directory (docs/model-format.md).
 
   python3 tools/convert/kvx_convert.py MODEL.onnx -o MODEL_DIR [--tokenizer FILE [--merges vocab.bpe]]
-                                       [--chat-template FILE] [--max-seq-len N]
+                                       [--chat-template FILE] [--max-seq-len N] [--dtype f16|f32]
 
 The tokenizer is a llama2.c tokenizer.bin, an HF tokenizer.json (byte-level BPE), or GPT-2's encoder.json
 with its vocab.bpe given by --merges.
@@ -24,6 +24,7 @@ from onnx_loading import check_onnx_model, load_onnx_model
 from op_support import check_supported_ops
 from special_tokens import special_token_ids
 from tokenizer_bundle import bundle
+from weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
 
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
@@ -53,8 +54,10 @@ def max_seq_len_of(model, override, n_positions=None):
     return value
 
 
-def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None):
-    """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict."""
+def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None,
+            dtype=None):
+    """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict.
+    dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py)."""
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path)
@@ -71,9 +74,11 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
         extras.bos_token_id = bos
     if eos is not None:
         extras.eos_token_ids = eos
-    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name)
+    dtype = dtype or source_dtype(mapped.tensors)
+    tensors = cast_weights(mapped.tensors, dtype)
+    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype)
     try:
-        write_model_dir(out_dir, config, mapped.tensors, extras.files)
+        write_model_dir(out_dir, config, tensors, extras.files)
     except OSError as e:
         raise ConvertError(f"cannot write {out_dir}: {e.strerror or e}") from None
     return config
@@ -90,9 +95,12 @@ def main(argv=None):
     parser.add_argument("--max-seq-len", type=int, help="context length, when the model has no "
                                                         "max_position_embeddings metadata (overrides it; "
                                                         "GPT-2: at most the position table's rows)")
+    parser.add_argument("--dtype", choices=sorted(NUMPY_DTYPES), help="storage of the weight matrices "
+                        "(default: the graph's: f16 when all its matrices are fp16, else f32)")
     args = parser.parse_args(argv)
     try:
-        convert(args.model, args.output, args.tokenizer, args.max_seq_len, args.merges, args.chat_template)
+        convert(args.model, args.output, args.tokenizer, args.max_seq_len, args.merges, args.chat_template,
+                args.dtype)
     except ConvertError as e:
         print(f"kvx convert: {e}", file=sys.stderr)
         return 1

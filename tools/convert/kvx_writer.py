@@ -20,8 +20,9 @@ def _json_float32(value):
     return float(str(np.float32(value)))
 
 
-def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name):
-    """config.json's content, keys in the documented order. bundle: tokenizer_bundle.Bundle."""
+def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, weights_dtype="f32"):
+    """config.json's content, keys in the documented order. bundle: tokenizer_bundle.Bundle.
+    weights_dtype: "f32" or "f16", the matrices' storage."""
     h = hyperparameters
     config = {
         "format": "kvx-model",
@@ -40,7 +41,7 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name):
         "tied_embeddings": bool(h["tied_embeddings"]),
         "bos_token_id": int(bundle.bos_token_id),
         "eos_token_ids": [int(t) for t in bundle.eos_token_ids],
-        "weights": {"file": WEIGHTS_FILE, "dtype": "f32"},
+        "weights": {"file": WEIGHTS_FILE, "dtype": weights_dtype},
         "tokenizer": bundle.tokenizer,
     }
     if bundle.chat_template is not None:
@@ -50,7 +51,7 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name):
 
 
 def write_model_dir(out_dir, config, tensors, files):
-    """tensors: kvx name -> fp32 array in kvx layout. files: name in the directory -> file copied verbatim
+    """tensors: kvx name -> array in kvx layout and stored dtype. files: name in the directory -> file copied verbatim
     (tokenizer, chat template)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ names or from assumptions about the architecture's defaults.
 import numpy as np
 
 from convert_errors import ConvertError
-from mapped_model import MappedModel, add_classifier, check_shapes, fp32, the_one_eps
+from mapped_model import MappedModel, add_classifier, check_shapes, float_weight, the_one_eps
 from patterns_attention import match_attention
 from patterns_embedding import match_classifier, token_embedding_gather
 from patterns_mlp import match_swiglu
@@ -19,7 +19,7 @@ from patterns_norm import match_rms_norm
 
 def map_llama(ix):
     embedding_gather = token_embedding_gather(ix)
-    embedding = fp32(ix.constant(embedding_gather.input[0]), "the token embedding")
+    embedding = float_weight(ix.constant(embedding_gather.input[0]), "the token embedding")
     hidden = embedding_gather.output[0]
     tensors = {"tok_embeddings": embedding}
     norm_eps, layers = set(), []
@@ -29,16 +29,16 @@ def map_llama(ix):
         norm_eps.add(norm.eps)
         classifier = match_classifier(ix, norm.output)
         if classifier is not None:
-            tensors["final_norm"] = fp32(norm.weight, "the final norm")
+            tensors["final_norm"] = float_weight(norm.weight, "the final norm")
             break
         i = len(layers)
         attention = match_attention(ix, norm.output, hidden, ix.producer(hidden))
-        tensors[f"layers.{i}.attn_norm"] = fp32(norm.weight, f"layer {i} attention norm")
+        tensors[f"layers.{i}.attn_norm"] = float_weight(norm.weight, f"layer {i} attention norm")
         hidden = attention.output
         norm = match_rms_norm(ix, hidden, ix.producer(hidden))
         norm_eps.add(norm.eps)
         mlp = match_swiglu(ix, norm.output, hidden, ix.producer(hidden))
-        tensors[f"layers.{i}.ffn_norm"] = fp32(norm.weight, f"layer {i} MLP norm")
+        tensors[f"layers.{i}.ffn_norm"] = float_weight(norm.weight, f"layer {i} MLP norm")
         hidden = mlp.output
         tensors.update(_layer_linears(i, attention, mlp))
         layers.append(attention)
@@ -53,7 +53,7 @@ def map_llama(ix):
     for i, layer in enumerate(layers):
         if head_layout(layer) != head_layout(first) or not np.array_equal(layer.inv_freq, first.inv_freq):
             raise ConvertError(f"cannot map graph: layer {i} differs from layer 0 in heads, head_dim or RoPE")
-    tensors["rope_inv_freq"] = fp32(first.inv_freq, "inv_freq")
+    tensors["rope_inv_freq"] = float_weight(first.inv_freq, "inv_freq")
 
     tied = add_classifier(tensors, classifier, embedding)
     hyper = {
@@ -76,4 +76,4 @@ def _layer_linears(i, attention, mlp):
     """kvx's [out, in] weights from ONNX's [in, out] MatMul operands."""
     onnx_in_out = {"wq": attention.wq, "wk": attention.wk, "wv": attention.wv, "wo": attention.wo,
                    "w_gate": mlp.w_gate, "w_up": mlp.w_up, "w_down": mlp.w_down}
-    return {f"layers.{i}.{name}": fp32(w.T, f"layer {i} {name}") for name, w in onnx_in_out.items()}
+    return {f"layers.{i}.{name}": float_weight(w.T, f"layer {i} {name}") for name, w in onnx_in_out.items()}

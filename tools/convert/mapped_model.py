@@ -12,12 +12,13 @@ from kvx_layout import expected_tensor_shapes, linear_bias_shapes
 class MappedModel:
     architecture: str  # config.json's "architecture"
     hyperparameters: dict  # config.json's model fields: dim ... tied_embeddings
-    tensors: dict  # kvx name -> fp32 array in kvx layout (Linear weights [out, in])
+    tensors: dict  # kvx name -> fp32 or fp16 array (the graph's precision) in kvx layout (Linear [out, in])
 
 
-def fp32(array, what):
-    if array.dtype != np.float32:
-        raise ConvertError(f"{what} is {array.dtype}; kvx model directories hold fp32 weights only")
+def float_weight(array, what):
+    """array, contiguous, in its own precision (weight_dtype.py picks the stored one): fp32 or fp16."""
+    if array.dtype not in (np.float32, np.float16):
+        raise ConvertError(f"{what} is {array.dtype}; kvx model directories hold fp32 or fp16 weights only")
     return np.ascontiguousarray(array)
 
 
@@ -33,7 +34,7 @@ def add_classifier(tensors, classifier, embedding):
     did to share it: a Transpose of the same initializer or a stored copy). Returns whether it is tied."""
     tied = classifier.shape == embedding.shape and np.array_equal(classifier, embedding)
     if not tied:
-        tensors["classifier"] = fp32(classifier, "the classifier")
+        tensors["classifier"] = float_weight(classifier, "the classifier")
     return bool(tied)
 
 

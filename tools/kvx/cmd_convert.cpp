@@ -17,6 +17,7 @@ struct ConvertOptions {
     std::string merges;
     std::string chat_template;
     int max_seq_len = 0;
+    std::string dtype;  // "f16", "f32", or empty: the graph's own
 };
 
 std::string env_or(const char* name, const char* fallback) {
@@ -32,6 +33,7 @@ int run_convert(const ConvertOptions& o) {
     if (!o.merges.empty()) args.insert(args.end(), {"--merges", o.merges});
     if (!o.chat_template.empty()) args.insert(args.end(), {"--chat-template", o.chat_template});
     if (o.max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(o.max_seq_len)});
+    if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
 
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -63,6 +65,10 @@ void add_convert_command(CLI::App& app) {
     cmd->add_option("--max-seq-len", o->max_seq_len,
                     "Context length of the model, when the ONNX file's metadata does not give it")
         ->check(CLI::PositiveNumber);
+    cmd->add_option("--dtype", o->dtype,
+                    "Storage of the weight matrices: f16 or f32 (default: the ONNX graph's, f16 when all its "
+                    "matrices are fp16, else f32)")
+        ->check(CLI::IsMember({"f16", "f32"}));
     cmd->callback([o] {
         const int code = run_convert(*o);
         if (code != 0) std::exit(code);  // the converter has already said what went wrong
