@@ -17,6 +17,7 @@ SHARED = Path(os.environ.get("KVX_SHARED_DIR") or REPO.parent / "shared")
 GPT2_ENCODER = SHARED / "models" / "gpt2-tokenizer" / "encoder.json"
 GPT2_MERGES = SHARED / "models" / "gpt2-tokenizer" / "vocab.bpe"
 ORTGENAI_GPT2_TOKENIZER = SHARED / "models" / "ortgenai-tiny-random-gpt2-fp32" / "tokenizer.json"
+ORTGENAI_LLAMA = SHARED / "models" / "ortgenai-tiny-random-llama-fp16" / "model.onnx"
 
 # The tools' modules, importable by the tests (they are scripts' folders, not packages).
 sys.path[:0] = [str(TOOLS / "export"), str(TOOLS / "convert"), str(TOOLS / "fixtures"),

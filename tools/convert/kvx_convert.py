@@ -29,10 +29,11 @@ from weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
 
-def max_seq_len_of(model, override, n_positions=None):
-    """--max-seq-len if given, else the model's max_position_embeddings metadata, else the rows of its
-    learned position embedding (n_positions; None for RoPE models). A learned table bounds the context.
-    RoPE graphs carry no length limit of their own, so with neither there is no safe value to pick."""
+def max_seq_len_of(model, override, n_positions=None, table="the position embedding"):
+    """--max-seq-len if given, else the model's max_position_embeddings metadata, else the rows of the table
+    the graph looks positions up in (n_positions: a learned position embedding's, or the RoPE tables' of
+    ONNX Runtime's RotaryEmbedding; None where the graph computes its RoPE angles). Such a table bounds the
+    context. Computed RoPE carries no length limit of its own, so with neither there is no safe value."""
     props = {p.key: p.value for p in model.metadata_props}
     if override is not None:
         value, origin = override, "--max-seq-len"
@@ -50,7 +51,7 @@ def max_seq_len_of(model, override, n_positions=None):
     if value <= 0:
         raise ConvertError(f"{origin} must be positive, got {value}")
     if n_positions is not None and value > n_positions:
-        raise ConvertError(f"{origin} is {value}, but the position embedding has only {n_positions} rows")
+        raise ConvertError(f"{origin} is {value}, but {table} has only {n_positions} rows")
     return value
 
 
@@ -60,11 +61,13 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py)."""
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
-    check_onnx_model(onnx_path)
+    check_onnx_model(onnx_path, model.graph)
     mapped = map_graph(GraphIndex(model.graph))
     positions = mapped.tensors.get("pos_embeddings")
-    seq_len = max_seq_len_of(model, max_seq_len, None if positions is None else positions.shape[0])
-    if positions is not None:
+    if positions is None:
+        seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables")
+    else:
+        seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0])
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
     vocab_size = mapped.hyperparameters["vocab_size"]
     extras = bundle(tokenizer_path, merges_path, chat_template_path, vocab_size)
@@ -94,7 +97,8 @@ def main(argv=None):
     parser.add_argument("--chat-template", help="Jinja chat template to copy into the directory")
     parser.add_argument("--max-seq-len", type=int, help="context length, when the model has no "
                                                         "max_position_embeddings metadata (overrides it; "
-                                                        "GPT-2: at most the position table's rows)")
+                                                        "at most the rows of a position table or of "
+                                                        "precomputed RoPE tables)")
     parser.add_argument("--dtype", choices=sorted(NUMPY_DTYPES), help="storage of the weight matrices "
                         "(default: the graph's: f16 when all its matrices are fp16, else f32)")
     args = parser.parse_args(argv)

@@ -1,6 +1,7 @@
 """What a mapper hands to the writer, and the checks every mapper makes on it before."""
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -13,6 +14,7 @@ class MappedModel:
     architecture: str  # config.json's "architecture"
     hyperparameters: dict  # config.json's model fields: dim ... tied_embeddings
     tensors: dict  # kvx name -> fp32 or fp16 array (the graph's precision) in kvx layout (Linear [out, in])
+    max_positions: Optional[int] = None  # rows of the RoPE tables the graph looks positions up in, if any
 
 
 def float_weight(array, what):

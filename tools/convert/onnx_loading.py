@@ -32,16 +32,51 @@ def load_onnx_model(path):
     return model
 
 
-def check_onnx_model(path):
+def check_onnx_model(path, graph):
     """onnx.checker's verdict on the file, by path, so that it resolves external data as the runtime
     would and never needs the weights in memory (models over 2 GB cannot be checked in memory).
 
     Run after the operator check: some exporters (ONNX Runtime GenAI's builder) write graphs that are
-    not topologically sorted, which the checker rejects; the unsupported operator is the better answer."""
+    not topologically sorted, which the checker rejects; the unsupported operator is the better answer.
+    Graphs with operators that onnx does not define (ONNX Runtime's fused ones, which the operator check
+    has let through) are beyond the checker: for them the dataflow is checked instead."""
+    if any(not onnx.defs.has(node.op_type, node.domain) for node in graph.node):
+        _check_dataflow(path, graph)
+        return
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:
         raise ConvertError(f"{path}: invalid ONNX model ({_one_line(e)})") from None
+
+
+def _check_dataflow(path, graph):
+    """Every node input is a graph input, an initializer or some node's output, and the nodes have an
+    order that computes each input before it is read (no cycle), whatever order the file lists them in."""
+    produced_by = {out: node for node in graph.node for out in node.output if out}
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    for node in graph.node:
+        for name in node.input:
+            if name not in known and name not in produced_by:
+                raise ConvertError(f"{path}: invalid ONNX model (node '{node.name}' reads '{name}', which "
+                                   "is no graph input, initializer or node output)")
+    waiting = {id(node): sum(1 for name in node.input if name not in known) for node in graph.node}
+    readers = {}
+    for node in graph.node:
+        for name in node.input:
+            if name not in known:
+                readers.setdefault(name, []).append(node)
+    ready = [node for node in graph.node if waiting[id(node)] == 0]
+    done = 0
+    while ready:
+        node = ready.pop()
+        done += 1
+        for out in node.output:
+            for reader in readers.get(out, []):
+                waiting[id(reader)] -= 1
+                if waiting[id(reader)] == 0:
+                    ready.append(reader)
+    if done != len(graph.node):
+        raise ConvertError(f"{path}: invalid ONNX model (its nodes form a cycle)")
 
 
 def _one_line(error):

@@ -6,6 +6,7 @@ Extending: add the op here, and teach a matcher in the *_patterns modules what i
 
 from convert_errors import ConvertError, node_label
 from patterns_ortgenai_gpt2 import MS_DOMAIN, ORTGENAI_GPT2_OPS
+from patterns_ortgenai_llama import ORTGENAI_LLAMA_OPS
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -19,11 +20,12 @@ SUPPORTED_DEFAULT_OPS = frozenset({
     "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Expand", "Identity", "Cast",
     # shape and mask arithmetic
     "Shape", "Constant", "ConstantOfShape", "Range", "Sub", "Where", "Equal", "Less", "LessOrEqual",
-    "Greater", "GreaterOrEqual", "And", "Or", "Not", "Trilu", "Min", "Max",
+    "Greater", "GreaterOrEqual", "And", "Or", "Not", "Trilu", "Min", "Max", "Tile",
 })
 
-# Fused operators of other domains, (domain, op type): ONNX Runtime's that a pattern module maps.
-SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS)
+# Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft
+# domain; the default domain ("") holds the few ONNX Runtime registers there (SimplifiedLayerNormalization).
+SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS) | ORTGENAI_LLAMA_OPS
 
 
 def check_supported_ops(graph):
@@ -34,6 +36,7 @@ def check_supported_ops(graph):
             raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
                                f"(op type {node.op_type}, domain {node.domain})")
     for node in graph.node:
-        if node.domain in DEFAULT_DOMAINS and node.op_type not in SUPPORTED_DEFAULT_OPS:
+        if node.domain in DEFAULT_DOMAINS and node.op_type not in SUPPORTED_DEFAULT_OPS \
+                and ("", node.op_type) not in SUPPORTED_FUSED_OPS:
             raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
                                f"(op type {node.op_type})")

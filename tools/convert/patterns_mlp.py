@@ -15,7 +15,7 @@ class SwiGlu:
     w_gate: np.ndarray  # [dim, hidden_dim], ONNX MatMul layout [in, out]
     w_up: np.ndarray  # [dim, hidden_dim]
     w_down: np.ndarray  # [hidden_dim, dim]
-    output: str  # the residual stream after the block
+    output: str  # the residual stream after the block (the down projection's output when residual is None)
 
 
 def _silu_output(ix, matmul):
@@ -29,7 +29,8 @@ def _silu_output(ix, matmul):
 
 
 def match_swiglu(ix, normed, residual, after):
-    """The MLP block reading normed [b, s, dim] and adding into residual."""
+    """The MLP block reading normed [b, s, dim] and adding into residual; residual None for graphs that
+    fuse the residual add into the next norm (patterns_ortgenai_llama.py)."""
     linears = linear_consumers(ix, normed)
     if len(linears) != 2:
         raise cannot_map(after, f"two MatMuls (gate, up) reading '{normed}', found {len(linears)}")
@@ -43,5 +44,6 @@ def match_swiglu(ix, normed, residual, after):
     if len(products) != 1:
         raise cannot_map(up, "SiLU(gate) * up")
     down = sole_linear_consumer(ix, products[0].output[0], products[0], "down projection")
+    output = down.output[0] if residual is None else residual_add(ix, residual, down.output[0], down)
     return SwiGlu(w_gate=linear_weight(ix, gate), w_up=linear_weight(ix, up), w_down=linear_weight(ix, down),
-                  output=residual_add(ix, residual, down.output[0], down))
+                  output=output)
