@@ -20,6 +20,7 @@ struct Fixture {
     std::vector<float> ref_logits;  // [n_tokens][vocab], ONNX Runtime
     int32_t n_prefill = 0;
     int32_t vocab = 0;
+    double tolerance = 0;  // of max|ref| per position: 1e-4 for fp32 weights and compute, more where fp16 enters
 };
 
 // Every fixture under $KVX_FIXTURES; fails the test (not skips) when the variable or the files are missing.

@@ -1,10 +1,24 @@
-"""kvx generate end to end: the reference C implementation's greedy text, streamed, with its stats."""
+"""kvx generate end to end: the reference C implementation's greedy text, streamed, with its stats; and an
+fp16 model's greedy text against ONNX Runtime's."""
 import os
+import re
+import struct
+import sys
+import tempfile
 import unittest
 
-from kvx_cli import SHARED_DIR, run
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from kvx_cli import FIXTURES, SHARED_DIR, SOURCE_DIR, run
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "fixtures"))
+from ort_reference import greedy_tokens  # noqa: E402
 
 GOLDEN = os.path.join(SHARED_DIR, "models", "stories260K", "golden_greedy_n256_runc.txt")
+TOKENIZER = os.path.join(SOURCE_DIR, "models", "stories260K", "tok512.bin")
+BOS, EOS = 1, 2
 
 
 class GenerateTest(unittest.TestCase):
@@ -66,6 +80,61 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(a[1], b[1])
         self.assertNotEqual(a[1], c[1])
         self.assertIn("seed 5", a[2])
+
+
+def llama2c_pieces(path):
+    pieces = []
+    with open(path, "rb") as f:
+        f.read(4)  # max_token_length
+        while header := f.read(8):
+            _, length = struct.unpack("<fi", header)
+            pieces.append(f.read(length))
+    return pieces
+
+
+def run_c_text(tokens, pieces):
+    """The text llama2.c's run.c prints for tokens (BOS first): a piece loses its leading space after BOS,
+    <0xNN> pieces are that byte, unprintable control bytes are dropped; then a newline."""
+    out = b""
+    for prev, token in zip(tokens, tokens[1:]):
+        piece = pieces[token]
+        if prev == BOS and piece.startswith(b" "):
+            piece = piece[1:]
+        if re.fullmatch(rb"<0x[0-9A-F]{2}>", piece):
+            byte = int(piece[3:5], 16)
+            piece = bytes([byte]) if byte >= 0x20 and byte != 0x7F or chr(byte) in "\t\n\r\v\f" else b""
+        out += piece
+    return out.decode("utf-8", "replace") + "\n"
+
+
+class GenerateF16Test(unittest.TestCase):
+    """stories260K converted by `kvx convert --dtype f16` generates greedily what ONNX Runtime generates
+    from the same graph with every weight matrix rounded to fp16 (kept in fp32): the same weights, fp32
+    arithmetic on both sides, so the greedy choices must agree token for token."""
+
+    N_NEW = 200
+
+    def test_greedy_f16_matches_onnxruntime_with_the_rounded_weights(self):
+        source = os.path.join(FIXTURES, "stories260K", "model.onnx")
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = os.path.join(tmp, "model")
+            code, _, err = run("convert", source, "-o", model_dir, "--dtype", "f16", "--tokenizer", TOKENIZER)
+            self.assertEqual(code, 0, err)
+            code, out, err = run("generate", "-m", model_dir, "-p", "", "-n", str(self.N_NEW), "--temp", "0")
+            self.assertEqual(code, 0, err)
+
+            graph = onnx.load(source)
+            for k, tensor in enumerate(graph.graph.initializer):
+                array = numpy_helper.to_array(tensor)
+                if array.dtype == np.float32 and array.ndim == 2:
+                    rounded = array.astype(np.float16).astype(np.float32)
+                    graph.graph.initializer[k].CopyFrom(numpy_helper.from_array(rounded, tensor.name))
+            rounded_path = os.path.join(tmp, "rounded.onnx")
+            onnx.save(graph, rounded_path)
+            tokens = greedy_tokens(rounded_path, [BOS], 1 + self.N_NEW)
+        stops = [i for i, t in enumerate(tokens) if i > 0 and t in (BOS, EOS)]
+        tokens = tokens[:stops[0]] if stops else tokens  # kvx stops at either, unprinted, as run.c at BOS
+        self.assertEqual(out, run_c_text(tokens, llama2c_pieces(TOKENIZER)))
 
 
 if __name__ == "__main__":

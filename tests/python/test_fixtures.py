@@ -7,10 +7,13 @@ import unittest
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 # kvx_test_support first: it puts the tools' folders on sys.path.
 from kvx_test_support import run_ok
-from make_fixtures import FIXTURE_NAMES, N_DECODE, N_PREFILL, ONNX_FIXTURES, RANDOM_FIXTURES, RANDOM_GPT2_FIXTURES
+from make_fixtures import (F16_FIXTURES, F16_TOLERANCE, FIXTURE_NAMES, FP32_TOLERANCE, N_DECODE, N_PREFILL,
+                           ONNX_FIXTURES, RANDOM_FIXTURES, RANDOM_GPT2_FIXTURES, SHARED_FIXTURES, SHARED_TOLERANCE)
 from ort_reference import reference_logits
 
 
@@ -19,7 +22,7 @@ class Fixtures(unittest.TestCase):
     def setUpClass(cls):
         cls._tmp = tempfile.TemporaryDirectory()
         cls.out = Path(cls._tmp.name)
-        cls.names = ["stories260K", "rand_hd80_gqa1_l1_v257_ext"]
+        cls.names = ["stories260K", "rand_hd80_gqa1_l1_v257_ext", *F16_FIXTURES, *SHARED_FIXTURES]
         run_ok(unittest.TestCase(), "fixtures/make_fixtures.py", "--out", cls.out, "--only", *cls.names)
 
     @classmethod
@@ -44,6 +47,28 @@ class Fixtures(unittest.TestCase):
         self.assertTrue((self.out / "stories260K" / "model" / "tokenizer.bin").is_file())
         self.assertTrue((self.out / "rand_hd80_gqa1_l1_v257_ext" / "model.onnx.data").is_file())
 
+    def test_tolerances_and_weight_dtypes(self):
+        """fp32 fixtures are held to 1e-4; where fp16 enters (weights rounded by --dtype f16, or a graph ONNX
+        Runtime computes in fp16) the fixture says how far, and its model directory holds f16 matrices."""
+        expected = {"stories260K": (FP32_TOLERANCE, "f32"), "rand_hd80_gqa1_l1_v257_ext": (FP32_TOLERANCE, "f32"),
+                    **{name: (F16_TOLERANCE, "f16") for name in F16_FIXTURES},
+                    **{name: (SHARED_TOLERANCE, "f16") for name in SHARED_FIXTURES}}
+        for name, (tolerance, dtype) in expected.items():
+            with self.subTest(name):
+                meta = json.loads((self.out / name / "meta.json").read_text())
+                self.assertEqual((meta["tolerance"], meta["config"]["weights"]["dtype"]), (tolerance, dtype))
+        self.assertEqual((FP32_TOLERANCE, F16_TOLERANCE, SHARED_TOLERANCE), (1e-4, 3e-3, 2e-3))
+
+    def test_f16_fixture_is_its_source_converted(self):
+        for name, source in F16_FIXTURES.items():
+            with self.subTest(name):
+                meta = json.loads((self.out / name / "meta.json").read_text())
+                self.assertEqual(meta["recipe"], {**RANDOM_FIXTURES[source], "converted_as": "f16"})
+                # ONNX Runtime's logits come from the fp32 graph: only the model directory is f16.
+                graph = onnx.load(str(self.out / name / "model.onnx")).graph
+                self.assertEqual({numpy_helper.to_array(t).dtype for t in graph.initializer
+                                  if numpy_helper.to_array(t).ndim == 2}, {np.dtype(np.float32)})
+
     def test_reference_cli_reproduces_ref_logits(self):
         d = self.out / "stories260K"
         tokens = np.load(d / "tokens.npy")[:40]
@@ -61,7 +86,8 @@ class Fixtures(unittest.TestCase):
     def test_the_set_covers_the_awkward_cases(self):
         stories = dict(head_dim=8, heads=8, kv_heads=4, vocab=512, layers=5)
         recipes = [stories, *RANDOM_FIXTURES.values()]
-        self.assertEqual(FIXTURE_NAMES, ["stories260K", *RANDOM_FIXTURES, *RANDOM_GPT2_FIXTURES, *ONNX_FIXTURES])
+        self.assertEqual(FIXTURE_NAMES, ["stories260K", *RANDOM_FIXTURES, *RANDOM_GPT2_FIXTURES, *ONNX_FIXTURES,
+                                         *F16_FIXTURES, *SHARED_FIXTURES])
         self.assertLessEqual({8, 24, 80}, {r["head_dim"] for r in recipes})
         self.assertLessEqual({1, 2, 4, 8}, {r["heads"] // r["kv_heads"] for r in recipes})
         self.assertGreaterEqual(sum(r["vocab"] % 8 != 0 for r in recipes), 3)
