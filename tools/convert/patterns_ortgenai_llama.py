@@ -32,7 +32,8 @@ ORTGENAI_LLAMA_OPS = frozenset({
     (MS_DOMAIN, "MultiHeadAttention"),
 })
 # MultiHeadAttention's inputs and outputs by position (ONNX Runtime's contrib operator schema).
-MHA_QUERY, MHA_KEY, MHA_VALUE, MHA_BIAS, MHA_KEY_PADDING_MASK, MHA_ATTENTION_BIAS, MHA_PAST_KEY, MHA_PAST_VALUE = range(8)
+(MHA_QUERY, MHA_KEY, MHA_VALUE, MHA_BIAS, MHA_KEY_PADDING_MASK, MHA_ATTENTION_BIAS, MHA_PAST_KEY,
+ MHA_PAST_VALUE) = range(8)
 
 
 def _input(node, k):
@@ -161,12 +162,12 @@ def match_fused_attention(ix, normed, after):
 
     wq, wk, wv = (linear_weight(ix, m) for m in (q, k, v))
     n_heads, head_dim = node_attr(mha, "num_heads", 0), q_rope.head_dim
-    if n_heads <= 0 or wq.shape[1] != n_heads * head_dim or wk.shape[1] % head_dim \
-            or wk.shape[1] != wv.shape[1] or n_heads % (wk.shape[1] // head_dim):
+    n_kv_heads = wk.shape[1] // head_dim
+    if n_heads <= 0 or wq.shape[1] != n_heads * head_dim or n_kv_heads == 0 or wk.shape[1] % head_dim \
+            or wk.shape[1] != wv.shape[1] or n_heads % n_kv_heads:
         raise cannot_map(mha, f"num_heads x head_dim {head_dim} = the query width {wq.shape[1]}, and K and V "
                               f"as wide as a divisor of the heads (found num_heads {n_heads}, K {wk.shape[1]}, "
                               f"V {wv.shape[1]})")
-    n_kv_heads = wk.shape[1] // head_dim
     _check_attention_inputs(ix, mha, head_dim)
     _check_cache_io(ix, mha, n_kv_heads, head_dim)
     o_proj = sole_linear_consumer(ix, mha.output[0], mha, "o_proj")
