@@ -2,10 +2,13 @@
 // project's baseline flags. Runs on any machine, and is the only level off x86.
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/isa_kernel_tables.h"
+#include "kernels/f16.h"
 
 namespace kvx::cpu::portable {
 namespace {
@@ -13,6 +16,7 @@ namespace {
 constexpr char kTableName[] = "cpu-portable";
 
 #include "cpu/vec_portable.inc"
+#include "cpu/vec_f16_store_portable.inc"
 #include "cpu/isa_kernels.inc"
 
 }  // namespace
