@@ -25,7 +25,10 @@
 
 namespace {
 
+using kvx::BlockCopyPair;
+using kvx::ContiguousAttentionArgs;
 using kvx::KernelTable;
+using kvx::KvDtype;
 using kvx::PagedAttentionArgs;
 using kvx::cpu::SimdLevel;
 
@@ -380,6 +383,7 @@ struct AttentionBatch {
     int n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
     std::vector<int> seq_lengths;  // positions in the cache per sequence
     int prefill_rows = 1;
+    int window = 0;  // PagedAttentionArgs::window
 
     int table_stride = 0;
     std::vector<float> q;             // [n_rows][n_heads][head_dim]
@@ -427,12 +431,54 @@ struct AttentionBatch {
         q = random_floats(static_cast<size_t>(n_rows()) * n_heads * head_dim, seed + 3, -4.0f, 4.0f);
     }
 
-    std::vector<float> run(const KernelTable& kernels) const {
+    std::vector<uint16_t> k_cache_f16;  // k_cache as fp16 bits, once to_f16() has run
+    std::vector<uint16_t> v_cache_f16;
+
+    // The first position of sequence s that any of its rows sees.
+    int first_seen(int s) const {
+        int first = seq_lengths[static_cast<size_t>(s)];
+        for (int r = 0; r < n_rows(); ++r)
+            if (row_seq[r] == s) first = std::min(first, window > 0 ? std::max(0, row_pos[r] - window + 1) : 0);
+        return first;
+    }
+
+    // Makes reading outside the window fail: every cached row of a position no row sees becomes NaN, and
+    // the table entry of a block wholly before every row's window becomes -1 (a released block).
+    void poison_outside_window() {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        for (int s = 0; s < static_cast<int>(seq_lengths.size()); ++s) {
+            int32_t* table = tables.data() + static_cast<size_t>(s) * table_stride;
+            for (int p = 0; p < first_seen(s); ++p) {
+                const int32_t block = table[p / block_size];
+                if (block < 0) continue;  // released already
+                for (int h = 0; h < n_kv_heads; ++h) {
+                    const size_t at = ((static_cast<size_t>(block) * n_kv_heads + h) * block_size + p % block_size) *
+                                      static_cast<size_t>(head_dim);
+                    std::fill_n(k_cache.begin() + static_cast<std::ptrdiff_t>(at), head_dim, nan);
+                    std::fill_n(v_cache.begin() + static_cast<std::ptrdiff_t>(at), head_dim, nan);
+                }
+                if (p % block_size == block_size - 1) table[p / block_size] = -1;
+            }
+        }
+    }
+
+    // Rounds the cache to fp16 with the portable conversion, the input both the reference and the kernels
+    // read for KvDtype::f16.
+    void to_f16() {
+        k_cache_f16.resize(k_cache.size());
+        v_cache_f16.resize(v_cache.size());
+        std::transform(k_cache.begin(), k_cache.end(), k_cache_f16.begin(), kvx::f32_to_f16);
+        std::transform(v_cache.begin(), v_cache.end(), v_cache_f16.begin(), kvx::f32_to_f16);
+    }
+
+    std::vector<float> run(const KernelTable& kernels, KvDtype dtype = KvDtype::f32) const {
         std::vector<float> out = nan_filled(q.size());
         PagedAttentionArgs args;
         args.q = q.data();
-        args.k_cache = k_cache.data();
-        args.v_cache = v_cache.data();
+        args.k_cache = dtype == KvDtype::f16 ? static_cast<const void*>(k_cache_f16.data()) : k_cache.data();
+        args.v_cache = dtype == KvDtype::f16 ? static_cast<const void*>(v_cache_f16.data()) : v_cache.data();
+        args.kv_dtype = dtype;
+        args.window = window;
         args.block_tables = tables.data();
         args.row_seq = row_seq.data();
         args.row_pos = row_pos.data();
@@ -501,6 +547,265 @@ TEST_CASE("paged_attention of a single decode row and of a whole prompt", "[page
         // A prompt from position 0: the first row sees one key.
         const AttentionBatch prompt = attention_batch(2, 4, 64, 16, {70}, 70, 701);
         CHECK_CLOSE(prompt.run(kernels), prompt.run(reference), kTolerance);
+    });
+}
+
+// ---- sliding window, fp16 cache, contiguous cache -----------------------------------------------------
+
+TEST_CASE("paged_attention with a sliding window skips, and never reads, positions before it", "[window]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1000;
+        for (int block_size = 1; block_size <= 256; block_size *= 2) {
+            // W = block_size and 2 block_size put the window's start exactly on a block boundary for the row
+            // at 8 block_size - 1; W + 1 one position before it.
+            for (int window : {1, 2, 37, 64, 65, block_size, block_size + 1, 2 * block_size}) {
+                INFO("paged_attention window=" << window << " block_size=" << block_size);
+                AttentionBatch batch = attention_batch(2, 2, 24, block_size, {150, 1, 67, 300, 8 * block_size}, 5, ++seed);
+                batch.window = window;
+                batch.poison_outside_window();
+                CHECK_CLOSE(batch.run(kernels), batch.run(reference), kTolerance);
+            }
+        }
+    });
+}
+
+TEST_CASE("paged_attention with a window of at least row_pos + 1 equals full attention", "[window]") {
+    for_each_level([](const KernelTable& kernels) {
+        AttentionBatch batch = attention_batch(3, 4, 64, 16, {90, 33, 4, 129, 64}, 7, 1100);
+        const std::vector<float> full = batch.run(kernels);
+        CHECK_CLOSE(full, batch.run(reference), kTolerance);
+        for (int window : {129, 130, 100000}) {
+            batch.window = window;
+            CHECK(batch.run(kernels) == full);
+        }
+    });
+}
+
+TEST_CASE("paged_attention with a window matches the reference for GQA ratios and mixed batches", "[window]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1200;
+        for (int group : {1, 2, 4, 8}) {
+            for (int head_dim : {8, 80}) {
+                INFO("paged_attention window group=" << group << " head_dim=" << head_dim);
+                // A 40-row prefill chunk: its rows' windows start at 40 different positions.
+                AttentionBatch batch = attention_batch(2, group, head_dim, 16, {200, 5, 129, 48}, 40, ++seed);
+                batch.window = 48;
+                batch.poison_outside_window();
+                CHECK_CLOSE(batch.run(kernels), batch.run(reference), kTolerance);
+            }
+        }
+    });
+}
+
+// The reference reads the same fp16 values (widened exactly), so the tolerance is the fp32 one.
+TEST_CASE("paged_attention over an fp16 cache matches the reference reading the same values", "[kv_f16]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1300;
+        for (int head_dim : {8, 24, 64, 80, 128}) {
+            for (int block_size : {1, 3, 16, 256}) {
+                for (int window : {0, 50}) {
+                    INFO("paged_attention f16 head_dim=" << head_dim << " block_size=" << block_size << " window=" << window);
+                    AttentionBatch batch = attention_batch(2, 4, head_dim, block_size, {150, 1, 67, 300}, 5, ++seed);
+                    batch.window = window;
+                    batch.poison_outside_window();
+                    batch.to_f16();
+                    CHECK_CLOSE(batch.run(kernels, KvDtype::f16), batch.run(reference, KvDtype::f16), kTolerance);
+                }
+            }
+        }
+    });
+}
+
+// Bit for bit against kernels/f16.h, including the values F16C could round differently: ties, subnormals,
+// overflow to inf, infinities and NaN.
+TEST_CASE("kv_append_f16 stores each value as f32_to_f16 does and skips slot -1", "[kv_f16]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1400;
+        for (int head_dim : {8, 13, 64, 80}) {
+            for (int block_size : {1, 4, 16}) {
+                INFO("kv_append_f16 head_dim=" << head_dim << " block_size=" << block_size);
+                const int n_kv_heads = 3, n_blocks = 4;
+                const int n_slots = n_blocks * block_size, n_rows = std::min(5, n_slots);
+                std::vector<float> k = random_floats(static_cast<size_t>(n_rows) * n_kv_heads * head_dim, ++seed, -7e4f, 7e4f);
+                std::vector<float> v = random_floats(k.size(), ++seed, -1e-4f, 1e-4f);  // many fp16 subnormals
+                const float specials[] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65520.0f, 1e-8f, -0.0f,
+                                          std::numeric_limits<float>::infinity(),
+                                          std::numeric_limits<float>::quiet_NaN(), 5.9604645e-8f, 2.9802322e-8f};
+                for (size_t i = 0; i < std::size(specials); ++i) k[i * 3 % k.size()] = v[i * 5 % v.size()] = specials[i];
+
+                std::vector<int64_t> slots(static_cast<size_t>(n_slots));  // [n_rows] once cut below
+                std::iota(slots.begin(), slots.end(), 0);
+                std::shuffle(slots.begin(), slots.end(), std::mt19937(seed));
+                slots.resize(static_cast<size_t>(n_rows));
+                if (n_rows > 1) slots[1] = -1;
+
+                const size_t cache_size = static_cast<size_t>(n_slots) * n_kv_heads * head_dim;
+                std::vector<uint16_t> k_expected(cache_size, 0x7777), v_expected = k_expected;
+                reference.kv_append_f16(k_expected.data(), v_expected.data(), k.data(), v.data(), slots.data(), n_rows,
+                                        n_kv_heads, head_dim, block_size);
+                std::vector<uint16_t> k_actual(cache_size, 0x7777), v_actual = k_actual;
+                kernels.kv_append_f16(k_actual.data(), v_actual.data(), k.data(), v.data(), slots.data(), n_rows,
+                                      n_kv_heads, head_dim, block_size);
+                CHECK(k_actual == k_expected);
+                CHECK(v_actual == v_expected);
+                // The reference itself against a direct conversion of row 0, and untouched slots.
+                const int64_t block0 = slots[0] / block_size, offset0 = slots[0] % block_size;
+                for (int j = 0; j < head_dim; ++j)
+                    CHECK(k_expected[static_cast<size_t>((block0 * n_kv_heads * block_size + offset0) * head_dim + j)] ==
+                          kvx::f32_to_f16(k[static_cast<size_t>(j)]));
+                CHECK(std::count(k_actual.begin(), k_actual.end(), uint16_t{0x7777}) >=
+                      static_cast<std::ptrdiff_t>((n_slots - n_rows + 1) * n_kv_heads * head_dim));
+            }
+        }
+    });
+}
+
+// The paged batch's cache rewritten as one contiguous region per sequence: the contiguous kernel must
+// give what the paged one gives on the same keys and values, and the reference's answer.
+TEST_CASE("contiguous_attention matches paged_attention on the same data, and the reference", "[contiguous]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1500;
+        for (int group : {1, 4}) {
+            for (int window : {0, 1, 40}) {
+                for (int block_size : {1, 16, 64}) {
+                    INFO("contiguous group=" << group << " window=" << window << " block_size=" << block_size);
+                    AttentionBatch batch = attention_batch(2, group, 80, block_size, {150, 1, 67, 300}, 5, ++seed);
+                    batch.window = window;
+                    const int n_seqs = 4, max_seq = 301;
+                    const size_t row = static_cast<size_t>(batch.head_dim);
+                    // [n_seqs][n_kv_heads][max_seq][head_dim]; positions past a sequence's end stay NaN
+                    std::vector<float> k = nan_filled(static_cast<size_t>(n_seqs) * batch.n_kv_heads * max_seq * row);
+                    std::vector<float> v = k;
+                    for (int s = 0; s < n_seqs; ++s)
+                        for (int h = 0; h < batch.n_kv_heads; ++h)
+                            for (int p = 0; p < batch.seq_lengths[static_cast<size_t>(s)]; ++p) {
+                                const size_t block = static_cast<size_t>(batch.tables[static_cast<size_t>(s) * batch.table_stride + p / block_size]);
+                                const size_t from = ((block * batch.n_kv_heads + h) * block_size + p % block_size) * row;
+                                const size_t to = ((static_cast<size_t>(s) * batch.n_kv_heads + h) * max_seq + p) * row;
+                                std::copy_n(batch.k_cache.begin() + static_cast<std::ptrdiff_t>(from), row, k.begin() + static_cast<std::ptrdiff_t>(to));
+                                std::copy_n(batch.v_cache.begin() + static_cast<std::ptrdiff_t>(from), row, v.begin() + static_cast<std::ptrdiff_t>(to));
+                            }
+                    auto run = [&](const KernelTable& table) {
+                        std::vector<float> out = nan_filled(batch.q.size());
+                        ContiguousAttentionArgs args;
+                        args.q = batch.q.data();
+                        args.k_cache = k.data();
+                        args.v_cache = v.data();
+                        args.row_seq = batch.row_seq.data();
+                        args.row_pos = batch.row_pos.data();
+                        args.out = out.data();
+                        args.n_rows = batch.n_rows();
+                        args.n_heads = batch.n_heads;
+                        args.n_kv_heads = batch.n_kv_heads;
+                        args.head_dim = batch.head_dim;
+                        args.max_seq = max_seq;
+                        args.window = window;
+                        args.scale = 1.0f / std::sqrt(static_cast<float>(batch.head_dim));
+                        table.contiguous_attention(args);
+                        return out;
+                    };
+                    const std::vector<float> contiguous = run(kernels);
+                    CHECK_CLOSE(contiguous, batch.run(kernels), 1e-6);
+                    CHECK_CLOSE(contiguous, run(reference), kTolerance);
+                    CHECK_CLOSE(run(reference), batch.run(reference), 1e-12);
+                }
+            }
+        }
+    });
+}
+
+// ---- copy_blocks, reorder_beams -----------------------------------------------------------------------
+
+// Caches of distinct random bytes, K unlike V, so that a copy from the wrong place or cache shows.
+std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<unsigned char> bytes(n);
+    for (unsigned char& b : bytes) b = static_cast<unsigned char>(rng());
+    return bytes;
+}
+
+TEST_CASE("copy_blocks copies every pair's block in K and V and nothing else", "[copy_blocks]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1600;
+        for (int threads : {1, 2}) {
+            const ThreadCount scope(threads);
+            for (int elem_bytes : {2, 4}) {
+                for (int64_t block_elems : {int64_t{1}, int64_t{24}, int64_t{16 * 8 * 128}}) {
+                    for (int n_pairs : {0, 1, 7, 40}) {
+                        INFO("copy_blocks threads=" << threads << " elem_bytes=" << elem_bytes << " block_elems="
+                                                    << block_elems << " pairs=" << n_pairs);
+                        const int num_blocks = 2 * n_pairs + 3;
+                        std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+                        std::iota(ids.begin(), ids.end(), 0);
+                        std::shuffle(ids.begin(), ids.end(), std::mt19937(++seed));
+                        std::vector<BlockCopyPair> pairs;  // sources and destinations disjoint
+                        for (int i = 0; i < n_pairs; ++i) pairs.push_back({ids[static_cast<size_t>(i)], ids[static_cast<size_t>(n_pairs + i)]});
+                        if (n_pairs > 1) pairs[1].src = pairs[0].src;  // a block forked twice
+
+                        const size_t block_bytes = static_cast<size_t>(block_elems) * elem_bytes;
+                        const std::vector<unsigned char> k = random_bytes(num_blocks * block_bytes, ++seed);
+                        const std::vector<unsigned char> v = random_bytes(num_blocks * block_bytes, ++seed);
+                        std::vector<unsigned char> k_actual = k, v_actual = v;
+                        kernels.copy_blocks(k_actual.data(), v_actual.data(), pairs.data(), n_pairs, block_elems, elem_bytes);
+                        std::vector<unsigned char> k_expected = k, v_expected = v;
+                        reference.copy_blocks(k_expected.data(), v_expected.data(), pairs.data(), n_pairs, block_elems, elem_bytes);
+                        CHECK(k_actual == k_expected);
+                        CHECK(v_actual == v_expected);
+                        // Recomputed here: destination blocks hold their source, every other block is as it was.
+                        for (int b = 0; b < num_blocks; ++b) {
+                            int32_t from = b;
+                            for (const BlockCopyPair& pair : pairs)
+                                if (pair.dst == b) from = pair.src;
+                            CHECK(std::equal(k_actual.begin() + b * static_cast<std::ptrdiff_t>(block_bytes),
+                                             k_actual.begin() + (b + 1) * static_cast<std::ptrdiff_t>(block_bytes),
+                                             k.begin() + from * static_cast<std::ptrdiff_t>(block_bytes)));
+                            CHECK(std::equal(v_actual.begin() + b * static_cast<std::ptrdiff_t>(block_bytes),
+                                             v_actual.begin() + (b + 1) * static_cast<std::ptrdiff_t>(block_bytes),
+                                             v.begin() + from * static_cast<std::ptrdiff_t>(block_bytes)));
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+// Up to 64 beams (33: "wrong results past 32 beams"); V must follow beam_indices from V's own old rows.
+TEST_CASE("reorder_beams gathers each new beam from its old beam, K from K and V from V", "[reorder_beams]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 1700;
+        for (int threads : {1, 2}) {
+            const ThreadCount scope(threads);
+            for (int n_beams : {1, 2, 5, 32, 33, 64}) {
+                for (int elem_bytes : {2, 4}) {
+                    INFO("reorder_beams threads=" << threads << " beams=" << n_beams << " elem_bytes=" << elem_bytes);
+                    const int64_t beam_elems = int64_t{3} * 37 * 24;  // [kv_heads 3][max_seq 37][head_dim 24]
+                    const size_t beam_bytes = static_cast<size_t>(beam_elems) * elem_bytes;
+                    std::mt19937 rng(++seed);
+                    std::vector<int32_t> indices(static_cast<size_t>(n_beams));
+                    for (int32_t& i : indices) i = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_beams));
+                    if (n_beams > 1) indices[0] = n_beams - 1;  // beam 0 from the last: a plain copy would fail
+
+                    const std::vector<unsigned char> k = random_bytes(n_beams * beam_bytes, ++seed);
+                    const std::vector<unsigned char> v = random_bytes(n_beams * beam_bytes, ++seed);
+                    std::vector<unsigned char> k_new(k.size(), 0), v_new(v.size(), 0);
+                    kernels.reorder_beams(k_new.data(), v_new.data(), k.data(), v.data(), indices.data(), n_beams,
+                                          beam_elems, elem_bytes);
+                    std::vector<unsigned char> k_expected(k.size(), 1), v_expected(v.size(), 1);
+                    reference.reorder_beams(k_expected.data(), v_expected.data(), k.data(), v.data(), indices.data(),
+                                            n_beams, beam_elems, elem_bytes);
+                    CHECK(k_new == k_expected);
+                    CHECK(v_new == v_expected);
+                    for (int i = 0; i < n_beams; ++i) {
+                        const auto to = i * static_cast<std::ptrdiff_t>(beam_bytes);
+                        const auto from = indices[static_cast<size_t>(i)] * static_cast<std::ptrdiff_t>(beam_bytes);
+                        INFO("beam " << i << " from " << indices[static_cast<size_t>(i)]);
+                        CHECK(std::equal(k_new.begin() + to, k_new.begin() + to + static_cast<std::ptrdiff_t>(beam_bytes), k.begin() + from));
+                        CHECK(std::equal(v_new.begin() + to, v_new.begin() + to + static_cast<std::ptrdiff_t>(beam_bytes), v.begin() + from));
+                    }
+                }
+            }
+        }
     });
 }
 

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/isa_kernel_tables.h"
 
@@ -20,6 +21,7 @@ namespace {
 constexpr char kTableName[] = "cpu-avx2";
 
 #include "cpu/vec_avx2.inc"
+#include "cpu/vec_f16_store_avx2.inc"
 #include "cpu/exp_polynomial.inc"
 #include "cpu/isa_kernels.inc"
 

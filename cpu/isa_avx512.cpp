@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/isa_kernel_tables.h"
 
@@ -26,6 +27,7 @@ namespace {
 constexpr char kTableName[] = "cpu-avx512";
 
 #include "cpu/vec_avx512.inc"
+#include "cpu/vec_f16_store_avx512.inc"
 #include "cpu/exp_polynomial.inc"
 #include "cpu/isa_kernels.inc"
 

@@ -5,8 +5,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/isa_kernel_tables.h"
+#include "kernels/f16.h"
 
 namespace kvx::cpu::portable {
 namespace {
@@ -14,6 +16,7 @@ namespace {
 constexpr char kTableName[] = "cpu-portable";
 
 #include "cpu/vec_portable.inc"
+#include "cpu/vec_f16_store_portable.inc"
 #include "cpu/isa_kernels.inc"
 
 }  // namespace

@@ -20,9 +20,14 @@ namespace kvx {
 // Attention of a batch of query rows over a paged KV cache, for one layer.
 //
 // Each query row belongs to one sequence (row_seq) and sits at an absolute position (row_pos); it attends
-// causally to that sequence's keys at positions 0 .. row_pos, which must already be in the cache (the
+// causally to that sequence's keys at positions first .. row_pos, which must already be in the cache (the
 // engine appends the batch's own K/V first). A batch may therefore mix a prefill chunk of one sequence
 // with decode rows of others.
+//
+// Sliding window: window == 0 is full causal attention, first = 0. window = W > 0 lets a query see its W
+// most recent positions, itself included: first = max(0, row_pos - W + 1) (Mistral's and ONNX Runtime's
+// convention; W >= row_pos + 1 is full attention). Positions before first are never read, nor are their
+// block table entries: a block wholly before every row's window may have been released (entry -1).
 //
 // Cache layout (one layer; K and V alike), one physical block = block_size consecutive token positions:
 //
@@ -33,10 +38,16 @@ namespace kvx {
 //                                  at offset p % block_size
 //
 // Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads).
+//
+// Cache element type (kv_dtype): fp32, or IEEE fp16 bits (kernels/f16.h) to halve the bytes a decode
+// step reads; k_cache and v_cache then point at uint16_t. Scores, softmax and the weighted sum are fp32
+// either way (the reference: double), so fp16 changes only what is stored, once, by kv_append_f16.
+enum class KvDtype : int32_t { f32, f16 };
+
 struct PagedAttentionArgs {
     const float* q = nullptr;              // [n_rows][n_heads][head_dim]
-    const float* k_cache = nullptr;        // [num_blocks][n_kv_heads][block_size][head_dim]
-    const float* v_cache = nullptr;        // [num_blocks][n_kv_heads][block_size][head_dim]
+    const void* k_cache = nullptr;         // [num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype
+    const void* v_cache = nullptr;         // [num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype
     const int32_t* block_tables = nullptr; // [n_seqs][table_stride], physical block ids
     const int32_t* row_seq = nullptr;      // [n_rows], which block table the row uses
     const int32_t* row_pos = nullptr;      // [n_rows], absolute position of the row's token
@@ -47,7 +58,37 @@ struct PagedAttentionArgs {
     int head_dim = 0;
     int block_size = 0;
     int table_stride = 0;
+    int window = 0;                        // 0: full causal; W > 0: positions row_pos - W + 1 .. row_pos
+    KvDtype kv_dtype = KvDtype::f32;
     float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
+};
+
+// The same attention over a contiguous cache, one fixed-capacity region per sequence, as ONNX Runtime
+// GenAI's past_key_values (its non-paged baseline; also the layout a beam reorder copies):
+//
+//   k_cache [n_seqs][n_kv_heads][max_seq][head_dim]   position p of sequence s at [s][kv_head][p]
+//
+// fp32 only. Rows, positions, window, GQA and scale as in PagedAttentionArgs.
+struct ContiguousAttentionArgs {
+    const float* q = nullptr;              // [n_rows][n_heads][head_dim]
+    const float* k_cache = nullptr;        // [n_seqs][n_kv_heads][max_seq][head_dim]
+    const float* v_cache = nullptr;        // [n_seqs][n_kv_heads][max_seq][head_dim]
+    const int32_t* row_seq = nullptr;      // [n_rows], which sequence's region the row reads
+    const int32_t* row_pos = nullptr;      // [n_rows], absolute position of the row's token, < max_seq
+    float* out = nullptr;                  // [n_rows][n_heads][head_dim]
+    int n_rows = 0;
+    int n_heads = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    int max_seq = 0;
+    int window = 0;
+    float scale = 1.0f;
+};
+
+// One physical block copied onto another (copy-on-write before a shared block is written, beam forks).
+struct BlockCopyPair {
+    int32_t src;
+    int32_t dst;
 };
 
 struct KernelTable {
@@ -80,7 +121,28 @@ struct KernelTable {
     void (*kv_append)(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slots,
                       int n_rows, int n_kv_heads, int head_dim, int block_size);
 
+    // As kv_append into an fp16 cache (KvDtype::f16): each value rounded to nearest, ties to even
+    // (kernels/f16.h's f32_to_f16; beyond 65504 it becomes inf). Caches [num_blocks][n_kv_heads]
+    // [block_size][head_dim] of fp16 bits.
+    void (*kv_append_f16)(uint16_t* k_cache, uint16_t* v_cache, const float* k, const float* v,
+                          const int64_t* slots, int n_rows, int n_kv_heads, int head_dim, int block_size);
+
+    // Reads k_cache / v_cache as args.kv_dtype says.
     void (*paged_attention)(const PagedAttentionArgs& args);
+
+    void (*contiguous_attention)(const ContiguousAttentionArgs& args);
+
+    // Every pair's block, K and V, of one layer's cache copied in one call: bytes [src * block_bytes,
+    // (src + 1) * block_bytes) onto the same range at dst, block_bytes = block_elems * elem_bytes (4 for
+    // fp32, 2 for fp16). Sources are read as they were before the call: no pair's dst may be another's src.
+    void (*copy_blocks)(void* k_cache, void* v_cache, const BlockCopyPair* pairs, int n_pairs, int64_t block_elems,
+                        int elem_bytes);
+
+    // The physical beam reorder of a contiguous cache (ONNX Runtime GenAI's beam search), out of place:
+    //   new_k[i] = old_k[beam_indices[i]],  new_v[i] = old_v[beam_indices[i]]  for i < n_beams,
+    // each beam's region [n_kv_heads][max_seq][head_dim] = beam_elems elements of elem_bytes bytes.
+    void (*reorder_beams)(void* new_k, void* new_v, const void* old_k, const void* old_v, const int32_t* beam_indices,
+                          int n_beams, int64_t beam_elems, int elem_bytes);
 
     // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
     void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/f16.h"
@@ -83,8 +85,19 @@ void reference_rope(float* x, const float* cos, const float* sin, int n_rows, in
     }
 }
 
-void reference_kv_append(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slots,
-                         int n_rows, int n_kv_heads, int head_dim, int block_size) {
+// A value as a cache of element type T stores it.
+template <class T>
+T cache_element(float x) {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+        return f32_to_f16(x);
+    } else {
+        return x;
+    }
+}
+
+template <class T>
+void reference_kv_append_of(T* k_cache, T* v_cache, const float* k, const float* v, const int64_t* slots, int n_rows,
+                            int n_kv_heads, int head_dim, int block_size) {
     for (int r = 0; r < n_rows; ++r) {
         if (slots[r] < 0) continue;
         const int64_t block = slots[r] / block_size;
@@ -93,52 +106,111 @@ void reference_kv_append(float* k_cache, float* v_cache, const float* k, const f
             const int64_t src = (static_cast<int64_t>(r) * n_kv_heads + h) * head_dim;
             const int64_t dst = ((block * n_kv_heads + h) * block_size + offset) * head_dim;
             for (int j = 0; j < head_dim; ++j) {
-                k_cache[dst + j] = k[src + j];
-                v_cache[dst + j] = v[src + j];
+                k_cache[dst + j] = cache_element<T>(k[src + j]);
+                v_cache[dst + j] = cache_element<T>(v[src + j]);
             }
         }
     }
 }
 
-// Two passes per (row, head): the scores of every visible key (to find their maximum, which keeps exp in
-// range), then the softmax-weighted sum of the values. The per-call vectors are fine here: this is the
-// oracle, not the hot path.
-void reference_paged_attention(const PagedAttentionArgs& a) {
+constexpr auto reference_kv_append = reference_kv_append_of<float>;
+constexpr auto reference_kv_append_f16 = reference_kv_append_of<uint16_t>;
+
+double cache_value(float x) { return x; }
+double cache_value(uint16_t h) { return f16_to_f32(h); }
+
+// The first position a query at pos sees (kernels.h: window 0 is full causal attention).
+int first_visible(int pos, int window) { return window > 0 ? std::max(0, pos - window + 1) : 0; }
+
+// out[0 .. head_dim) = softmax-weighted sum of the values at positions first .. last for query q. Two
+// passes: the scores of every visible key (to find their maximum, which keeps exp in range), then the
+// weighted values. row_offset(p) is the element offset of position p's key row in k, and of its value row
+// in v. The per-call vectors are fine here: this is the oracle, not the hot path.
+template <class T, class RowOffset>
+void reference_attend(const float* q, const T* k, const T* v, int first, int last, int head_dim, float scale,
+                      RowOffset row_offset, float* out) {
+    std::vector<double> scores;    // [last - first + 1], one per visible key
+    std::vector<double> weighted;  // [head_dim]
+    double max_score = -std::numeric_limits<double>::infinity();
+    for (int p = first; p <= last; ++p) {
+        const T* key = k + row_offset(p);
+        double dot = 0.0;
+        for (int j = 0; j < head_dim; ++j) dot += static_cast<double>(q[j]) * cache_value(key[j]);
+        scores.push_back(dot * scale);
+        max_score = std::max(max_score, scores.back());
+    }
+    weighted.assign(head_dim, 0.0);
+    double sum = 0.0;
+    for (int p = first; p <= last; ++p) {
+        const double weight = std::exp(scores[static_cast<size_t>(p - first)] - max_score);
+        const T* value = v + row_offset(p);
+        sum += weight;
+        for (int j = 0; j < head_dim; ++j) weighted[j] += weight * cache_value(value[j]);
+    }
+    for (int j = 0; j < head_dim; ++j) out[j] = static_cast<float>(weighted[j] / sum);
+}
+
+template <class T>
+void reference_paged_attention_of(const PagedAttentionArgs& a) {
     const int group = a.n_heads / a.n_kv_heads;
-    std::vector<double> scores;      // [row_pos + 1], one per visible key
-    std::vector<double> weighted;    // [head_dim]
+    const T* k_cache = static_cast<const T*>(a.k_cache);
+    const T* v_cache = static_cast<const T*>(a.v_cache);
     for (int r = 0; r < a.n_rows; ++r) {
         const int32_t* table = a.block_tables + static_cast<int64_t>(a.row_seq[r]) * a.table_stride;
-        const int n_keys = a.row_pos[r] + 1;
         for (int h = 0; h < a.n_heads; ++h) {
             const int kv_head = h / group;
-            const float* q = a.q + (static_cast<int64_t>(r) * a.n_heads + h) * a.head_dim;
-            auto key_offset = [&](int p) {  // element offset of position p's row in k_cache / v_cache
+            const int64_t row_head = static_cast<int64_t>(r) * a.n_heads + h;
+            auto row_offset = [&](int p) {  // table entries before the window are never looked at
                 const int64_t block = table[p / a.block_size];
                 return ((block * a.n_kv_heads + kv_head) * a.block_size + p % a.block_size) * a.head_dim;
             };
-
-            scores.assign(n_keys, 0.0);
-            double max_score = -std::numeric_limits<double>::infinity();
-            for (int p = 0; p < n_keys; ++p) {
-                const float* key = a.k_cache + key_offset(p);
-                double dot = 0.0;
-                for (int j = 0; j < a.head_dim; ++j) dot += static_cast<double>(q[j]) * key[j];
-                scores[p] = dot * a.scale;
-                max_score = std::max(max_score, scores[p]);
-            }
-
-            weighted.assign(a.head_dim, 0.0);
-            double sum = 0.0;
-            for (int p = 0; p < n_keys; ++p) {
-                const double weight = std::exp(scores[p] - max_score);
-                const float* value = a.v_cache + key_offset(p);
-                sum += weight;
-                for (int j = 0; j < a.head_dim; ++j) weighted[j] += weight * value[j];
-            }
-            float* out = a.out + (static_cast<int64_t>(r) * a.n_heads + h) * a.head_dim;
-            for (int j = 0; j < a.head_dim; ++j) out[j] = static_cast<float>(weighted[j] / sum);
+            reference_attend(a.q + row_head * a.head_dim, k_cache, v_cache, first_visible(a.row_pos[r], a.window),
+                             a.row_pos[r], a.head_dim, a.scale, row_offset, a.out + row_head * a.head_dim);
         }
+    }
+}
+
+void reference_paged_attention(const PagedAttentionArgs& a) {
+    if (a.kv_dtype == KvDtype::f16) {
+        reference_paged_attention_of<uint16_t>(a);
+    } else {
+        reference_paged_attention_of<float>(a);
+    }
+}
+
+void reference_contiguous_attention(const ContiguousAttentionArgs& a) {
+    const int group = a.n_heads / a.n_kv_heads;
+    for (int r = 0; r < a.n_rows; ++r) {
+        for (int h = 0; h < a.n_heads; ++h) {
+            const int64_t region = static_cast<int64_t>(a.row_seq[r]) * a.n_kv_heads + h / group;
+            const int64_t row_head = static_cast<int64_t>(r) * a.n_heads + h;
+            auto row_offset = [&](int p) { return (region * a.max_seq + p) * a.head_dim; };
+            reference_attend(a.q + row_head * a.head_dim, a.k_cache, a.v_cache, first_visible(a.row_pos[r], a.window),
+                             a.row_pos[r], a.head_dim, a.scale, row_offset, a.out + row_head * a.head_dim);
+        }
+    }
+}
+
+void reference_copy_blocks(void* k_cache, void* v_cache, const BlockCopyPair* pairs, int n_pairs, int64_t block_elems,
+                           int elem_bytes) {
+    const int64_t block_bytes = block_elems * elem_bytes;
+    for (void* cache : {k_cache, v_cache}) {
+        unsigned char* bytes = static_cast<unsigned char*>(cache);
+        for (int i = 0; i < n_pairs; ++i)
+            for (int64_t b = 0; b < block_bytes; ++b)
+                bytes[pairs[i].dst * block_bytes + b] = bytes[pairs[i].src * block_bytes + b];
+    }
+}
+
+void reference_reorder_beams(void* new_k, void* new_v, const void* old_k, const void* old_v, const int32_t* beam_indices,
+                             int n_beams, int64_t beam_elems, int elem_bytes) {
+    const int64_t beam_bytes = beam_elems * elem_bytes;
+    const std::pair<void*, const void*> caches[] = {{new_k, old_k}, {new_v, old_v}};
+    for (const auto& [to, from] : caches) {
+        unsigned char* dst = static_cast<unsigned char*>(to);
+        const unsigned char* src = static_cast<const unsigned char*>(from);
+        for (int i = 0; i < n_beams; ++i)
+            for (int64_t b = 0; b < beam_bytes; ++b) dst[i * beam_bytes + b] = src[beam_indices[i] * beam_bytes + b];
     }
 }
 
@@ -177,7 +249,11 @@ constexpr KernelTable kReferenceKernels{
     .layernorm = reference_layernorm,
     .rope = reference_rope,
     .kv_append = reference_kv_append,
+    .kv_append_f16 = reference_kv_append_f16,
     .paged_attention = reference_paged_attention,
+    .contiguous_attention = reference_contiguous_attention,
+    .copy_blocks = reference_copy_blocks,
+    .reorder_beams = reference_reorder_beams,
     .swiglu = reference_swiglu,
     .gelu_tanh = reference_gelu_tanh,
     .add = reference_add,
