@@ -7,8 +7,10 @@ new tokens while the whole first turn stays in the cache."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 from kvx_cli import KVX
@@ -74,6 +76,45 @@ class ChatWithSmolLM2(unittest.TestCase):
         prefilled, cached = self.stat(r"^kvx: turn 2: prefill (\d+) new tokens .*?, (\d+) already in the cache")
         self.assertEqual(prefilled, len(second))
         self.assertEqual(cached, len(first) + answered)  # the answer ended at <|im_end|>, all fed
+
+
+class CtrlC(unittest.TestCase):
+    """Ctrl-C (SIGINT) during an answer stops that answer and keeps the session; a second one ends it with
+    the stats and exit code 0. Input stays open between turns, as a person's terminal would."""
+
+    def start_long_answer(self):
+        proc = subprocess.Popen([KVX, "chat", "-m", SMOLLM2, "--temp", "0", "-n", "200", "-c", "2048", "-t", "1"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdin.write("Write a very long story about a dragon and a knight.\n")
+        proc.stdin.flush()
+        self.assertTrue(proc.stdout.read(1))  # the answer has started streaming
+        return proc
+
+    def finish(self, proc, stdin_text=None):
+        try:
+            out, err = proc.communicate(stdin_text, timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        self.assertEqual(proc.returncode, 0, err)
+        return err
+
+    def test_one_interrupt_stops_the_answer_and_the_chat_goes_on(self):
+        proc = self.start_long_answer()
+        proc.send_signal(signal.SIGINT)
+        err = self.finish(proc, "Say hello.\n")
+        self.assertRegex(err, r"kvx: turn 1: answered \d+ tokens.*, interrupted")
+        self.assertRegex(err, r"kvx: turn 2: prefill \d+ new tokens")
+        self.assertRegex(err, r"kvx: chat: 2 turns")
+
+    def test_two_interrupts_end_the_session_with_its_stats(self):
+        proc = self.start_long_answer()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.0)  # back at the prompt, waiting for input
+        proc.send_signal(signal.SIGINT)
+        err = self.finish(proc)
+        self.assertRegex(err, r"kvx: turn 1: answered \d+ tokens.*, interrupted")
+        self.assertRegex(err, r"kvx: chat: 1 turns")
 
 
 if __name__ == "__main__":
