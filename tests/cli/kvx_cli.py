@@ -5,7 +5,7 @@ import subprocess
 KVX = os.environ["KVX_BIN"]
 SOURCE_DIR = os.environ["KVX_SOURCE_DIR"]
 FIXTURES = os.environ.get("KVX_FIXTURES", "")
-SHARED_DIR = os.environ.get("KVX_SHARED_DIR", os.path.join(SOURCE_DIR, "..", "shared"))
+SHARED_DIR = os.environ.get("KVX_SHARED_DIR", SOURCE_DIR)  # models/ of the repository by default
 
 
 def run(*args, timeout=300):
