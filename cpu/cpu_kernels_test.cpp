@@ -25,7 +25,7 @@
 
 namespace {
 
-using kvx::BlockCopyPair;
+using kvx::BlockCopy;
 using kvx::ContiguousAttentionArgs;
 using kvx::KernelTable;
 using kvx::KvDtype;
@@ -738,7 +738,7 @@ TEST_CASE("copy_blocks copies every pair's block in K and V and nothing else", "
                         std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
                         std::iota(ids.begin(), ids.end(), 0);
                         std::shuffle(ids.begin(), ids.end(), std::mt19937(++seed));
-                        std::vector<BlockCopyPair> pairs;  // sources and destinations disjoint
+                        std::vector<BlockCopy> pairs;  // sources and destinations disjoint
                         for (int i = 0; i < n_pairs; ++i) pairs.push_back({ids[static_cast<size_t>(i)], ids[static_cast<size_t>(n_pairs + i)]});
                         if (n_pairs > 1) pairs[1].src = pairs[0].src;  // a block forked twice
 
@@ -754,7 +754,7 @@ TEST_CASE("copy_blocks copies every pair's block in K and V and nothing else", "
                         // Recomputed here: destination blocks hold their source, every other block is as it was.
                         for (int b = 0; b < num_blocks; ++b) {
                             int32_t from = b;
-                            for (const BlockCopyPair& pair : pairs)
+                            for (const BlockCopy& pair : pairs)
                                 if (pair.dst == b) from = pair.src;
                             CHECK(std::equal(k_actual.begin() + b * static_cast<std::ptrdiff_t>(block_bytes),
                                              k_actual.begin() + (b + 1) * static_cast<std::ptrdiff_t>(block_bytes),

@@ -48,16 +48,14 @@
 #include "engine/block_pool.h"
 #include "engine/kv_cache_usage.h"
 #include "engine/prefix_index.h"
+#include "kernels/block_copy.h"
 
 namespace kvx {
 
 using SeqId = int32_t;
 
-// Copy of one block's contents (every layer, K and V) that the backend must perform before the next write.
-struct BlockCopy {
-    int32_t src;
-    int32_t dst;
-};
+// BlockCopy (kernels/block_copy.h): one block's contents, every layer, K and V, that the backend must copy
+// before the next write.
 
 // A sequence started on a prompt: its first cached_tokens tokens came from the prefix cache, so only
 // prompt[cached_tokens..] still needs a forward pass (never empty: the last token's logits are wanted).

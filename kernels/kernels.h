@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "kernels/block_copy.h"
+
 namespace kvx {
 
 // Attention of a batch of query rows over a paged KV cache, for one layer.
@@ -85,12 +87,6 @@ struct ContiguousAttentionArgs {
     float scale = 1.0f;
 };
 
-// One physical block copied onto another (copy-on-write before a shared block is written, beam forks).
-struct BlockCopyPair {
-    int32_t src;
-    int32_t dst;
-};
-
 struct KernelTable {
     const char* name;
 
@@ -135,7 +131,7 @@ struct KernelTable {
     // Every pair's block, K and V, of one layer's cache copied in one call: bytes [src * block_bytes,
     // (src + 1) * block_bytes) onto the same range at dst, block_bytes = block_elems * elem_bytes (4 for
     // fp32, 2 for fp16). Sources are read as they were before the call: no pair's dst may be another's src.
-    void (*copy_blocks)(void* k_cache, void* v_cache, const BlockCopyPair* pairs, int n_pairs, int64_t block_elems,
+    void (*copy_blocks)(void* k_cache, void* v_cache, const BlockCopy* pairs, int n_pairs, int64_t block_elems,
                         int elem_bytes);
 
     // The physical beam reorder of a contiguous cache (ONNX Runtime GenAI's beam search), out of place:

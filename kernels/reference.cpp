@@ -191,7 +191,7 @@ void reference_contiguous_attention(const ContiguousAttentionArgs& a) {
     }
 }
 
-void reference_copy_blocks(void* k_cache, void* v_cache, const BlockCopyPair* pairs, int n_pairs, int64_t block_elems,
+void reference_copy_blocks(void* k_cache, void* v_cache, const BlockCopy* pairs, int n_pairs, int64_t block_elems,
                            int elem_bytes) {
     const int64_t block_bytes = block_elems * elem_bytes;
     for (void* cache : {k_cache, v_cache}) {

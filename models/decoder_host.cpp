@@ -39,13 +39,13 @@ size_t DecoderHostBackend::kv_bytes_per_block() const {
     return 2 * static_cast<size_t>(model_.config.n_layers) * block_floats_ * sizeof(float);
 }
 
+// The manager's copies never write a block another copy reads (each dst is freshly allocated, each src still
+// shared), as the kernel requires.
 void DecoderHostBackend::copy_blocks(const std::vector<BlockCopy>& copies) {
+    if (copies.empty()) return;
     for (size_t layer = 0; layer < k_cache_.size(); ++layer)
-        for (const BlockCopy& c : copies) {
-            const size_t src = static_cast<size_t>(c.src) * block_floats_, dst = static_cast<size_t>(c.dst) * block_floats_;
-            std::memcpy(&k_cache_[layer][dst], &k_cache_[layer][src], block_floats_ * sizeof(float));
-            std::memcpy(&v_cache_[layer][dst], &v_cache_[layer][src], block_floats_ * sizeof(float));
-        }
+        kernels_.copy_blocks(k_cache_[layer].data(), v_cache_[layer].data(), copies.data(),
+                             static_cast<int>(copies.size()), static_cast<int64_t>(block_floats_), sizeof(float));
 }
 
 void DecoderHostBackend::ensure_scratch(int32_t n_rows) {
