@@ -20,33 +20,38 @@ void record_cache(const Engine& engine, GenerationStats& stats) {
     stats.kv_bytes_total = static_cast<size_t>(stats.kv_blocks_total) * engine.kv_bytes_per_block();
 }
 
+// How many tokens appending n_new tokens to seq may then generate; throws kvx::Error when the new tokens,
+// or they and max_new_tokens, do not fit the context.
+int64_t checked_max_new(const Engine& engine, SeqId seq, size_t n_new, int32_t max_new_tokens) {
+    const int64_t context = engine.context();
+    const int64_t cached = engine.length(seq);
+    const int64_t total = cached + static_cast<int64_t>(n_new);
+    if (n_new == 0) throw Error("nothing to append: the prompt is empty and the model has no BOS token");
+    if (total > context)
+        throw Error(cached == 0 ? "the prompt is " + std::to_string(n_new) +
+                                      " tokens, longer than the context of " + std::to_string(context) +
+                                      " (raise -c, up to the model's maximum)"
+                                : "the conversation (" + std::to_string(cached) + " tokens) and the new " +
+                                      std::to_string(n_new) + " tokens exceed the context of " +
+                                      std::to_string(context) + " (raise -c, up to the model's maximum)");
+    if (max_new_tokens < -1) throw Error("-n must be -1 (until the context is full) or >= 0");
+    if (max_new_tokens >= 0 && total + max_new_tokens > context)
+        throw Error("the prompt (" + std::to_string(total) + " tokens) and -n " + std::to_string(max_new_tokens) +
+                    " exceed the context of " + std::to_string(context) + " tokens: raise -c or lower -n");
+    // Prompt and generated tokens together never exceed the context, as with an explicit -n.
+    return max_new_tokens >= 0 ? max_new_tokens : context - total;
+}
+
 }  // namespace
 
 GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& tokenizer, Sampler& sampler,
                                   std::span<const int32_t> new_tokens, const GenerationOptions& options,
                                   const std::function<void(std::string_view)>& emit, std::vector<int32_t>* generated) {
-    const int64_t context = engine.context();
-    const int64_t cached = engine.length(seq);
-    const int64_t total = cached + static_cast<int64_t>(new_tokens.size());
-    if (new_tokens.empty()) throw Error("nothing to append: the prompt is empty and the model has no BOS token");
-    if (total > context)
-        throw Error(cached == 0 ? "the prompt is " + std::to_string(new_tokens.size()) +
-                                      " tokens, longer than the context of " + std::to_string(context) +
-                                      " (raise -c, up to the model's maximum)"
-                                : "the conversation (" + std::to_string(cached) + " tokens) and the new " +
-                                      std::to_string(new_tokens.size()) + " tokens exceed the context of " +
-                                      std::to_string(context) + " (raise -c, up to the model's maximum)");
-    if (options.max_new_tokens < -1) throw Error("-n must be -1 (until the context is full) or >= 0");
-    if (options.max_new_tokens >= 0 && total + options.max_new_tokens > context)
-        throw Error("the prompt (" + std::to_string(total) + " tokens) and -n " +
-                    std::to_string(options.max_new_tokens) + " exceed the context of " + std::to_string(context) +
-                    " tokens: raise -c or lower -n");
-    // Prompt and generated tokens together never exceed the context, as with an explicit -n.
-    const int64_t max_new = options.max_new_tokens >= 0 ? options.max_new_tokens : context - total;
+    const int64_t max_new = checked_max_new(engine, seq, new_tokens.size(), options.max_new_tokens);
 
     GenerationStats stats;
     stats.prompt_tokens = static_cast<int32_t>(new_tokens.size());
-    stats.cached_tokens = static_cast<int32_t>(cached);
+    stats.cached_tokens = engine.length(seq);
     auto start = std::chrono::steady_clock::now();
     const std::vector<float>* logits = &engine.forward({{seq, new_tokens, false}});
     stats.prefill_seconds = seconds_since(start);
@@ -89,21 +94,13 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sa
     if (prompt.empty()) throw Error("the prompt is empty and the model has no BOS token to start from");
     const SeqId seq = engine.new_sequence();
     try {
-        // The prompt is echoed once the call is known to fit, so an error prints nothing.
-        bool echoed = false;
-        auto emit_after_prompt = [&](std::string_view text) {
-            if (!echoed) {
-                int32_t prev = -1;
-                for (int32_t token : prompt) {
-                    emit(tokenizer.decode(prev, token));
-                    prev = token;
-                }
-                echoed = true;
-            }
-            emit(text);
-        };
-        GenerationStats stats = continue_sequence(engine, seq, tokenizer, sampler, prompt, options, emit_after_prompt);
-        if (!echoed) emit_after_prompt("");
+        checked_max_new(engine, seq, prompt.size(), options.max_new_tokens);  // an error prints nothing
+        int32_t prev = -1;
+        for (int32_t token : prompt) {  // echoed before the prefill, so a long prompt shows at once
+            emit(tokenizer.decode(prev, token));
+            prev = token;
+        }
+        GenerationStats stats = continue_sequence(engine, seq, tokenizer, sampler, prompt, options, emit);
         engine.free_sequence(seq);
         return stats;
     } catch (...) {
