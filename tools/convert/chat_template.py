@@ -12,7 +12,6 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 PROBE_SYSTEM = "You answer briefly."
-DEFAULT_SYSTEM_MARKER = "\x00probe\x00"
 
 
 def chatml(messages, default_system=None):
