@@ -7,8 +7,9 @@
 
 namespace kvx {
 
-DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& kernels)
-    : model_(model), kernels_(kernels) {
+DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype)
+    : model_(model), kernels_(kernels), kv_dtype_(kv_dtype),
+      kv_elem_bytes_(kv_dtype == KvDtype::f16 ? sizeof(uint16_t) : sizeof(float)) {
     const bool gpt2 = model.config.architecture == Architecture::gpt2;
     const bool f16 = model.config.weights_dtype == WeightDtype::f16;
     const std::pair<bool, const char*> needs[] = {
@@ -16,6 +17,7 @@ DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& ke
         {gpt2 && !kernels.layernorm, "layernorm"},
         {gpt2 && !kernels.gelu_tanh, "gelu_tanh"},
         {!kernels.add_bias, "add_bias"},
+        {kv_dtype == KvDtype::f16 && !kernels.kv_append_f16, "kv_append_f16 (fp16 KV cache)"},
     };
     for (const auto& [missing, what] : needs)
         if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
@@ -24,11 +26,11 @@ DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& ke
 void DecoderHostBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
     const ModelConfig& c = model_.config;
     block_size_ = block_size;
-    block_floats_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
-    const size_t layer_floats = block_floats_ * static_cast<size_t>(num_blocks);
+    block_elems_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
+    const size_t layer_bytes = block_elems_ * kv_elem_bytes_ * static_cast<size_t>(num_blocks);
     try {
-        k_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<float>(layer_floats, 0.0f));
-        v_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<float>(layer_floats, 0.0f));
+        k_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<std::byte>(layer_bytes));
+        v_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<std::byte>(layer_bytes));
     } catch (const std::bad_alloc&) {
         throw Error("cannot allocate the KV cache: " + std::to_string(num_blocks) + " blocks of " +
                     std::to_string(kv_bytes_per_block()) + " bytes (lower -c)");
@@ -36,7 +38,7 @@ void DecoderHostBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
 }
 
 size_t DecoderHostBackend::kv_bytes_per_block() const {
-    return 2 * static_cast<size_t>(model_.config.n_layers) * block_floats_ * sizeof(float);
+    return 2 * static_cast<size_t>(model_.config.n_layers) * block_elems_ * kv_elem_bytes_;
 }
 
 // The manager's copies never write a block another copy reads (each dst is freshly allocated, each src still
@@ -45,7 +47,8 @@ void DecoderHostBackend::copy_blocks(const std::vector<BlockCopy>& copies) {
     if (copies.empty()) return;
     for (size_t layer = 0; layer < k_cache_.size(); ++layer)
         kernels_.copy_blocks(k_cache_[layer].data(), v_cache_[layer].data(), copies.data(),
-                             static_cast<int>(copies.size()), static_cast<int64_t>(block_floats_), sizeof(float));
+                             static_cast<int>(copies.size()), static_cast<int64_t>(block_elems_),
+                             static_cast<int>(kv_elem_bytes_));
 }
 
 void DecoderHostBackend::ensure_scratch(int32_t n_rows) {
@@ -80,10 +83,14 @@ void DecoderHostBackend::attention_block(int layer, const ForwardBatch& batch) {
         kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
     }
 
-    float* k_cache = k_cache_[static_cast<size_t>(layer)].data();
-    float* v_cache = v_cache_[static_cast<size_t>(layer)].data();
-    kernels_.kv_append(k_cache, v_cache, k_.data(), v_.data(), batch.slots.data(), n, c.n_kv_heads, c.head_dim,
-                       block_size_);
+    std::byte* k_cache = k_cache_[static_cast<size_t>(layer)].data();
+    std::byte* v_cache = v_cache_[static_cast<size_t>(layer)].data();
+    if (kv_dtype_ == KvDtype::f16)
+        kernels_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), k_.data(),
+                               v_.data(), batch.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+    else
+        kernels_.kv_append(reinterpret_cast<float*>(k_cache), reinterpret_cast<float*>(v_cache), k_.data(), v_.data(),
+                           batch.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
 
     PagedAttentionArgs a;
     a.q = q_.data();
@@ -98,6 +105,7 @@ void DecoderHostBackend::attention_block(int layer, const ForwardBatch& batch) {
     a.n_kv_heads = c.n_kv_heads;
     a.head_dim = c.head_dim;
     a.block_size = block_size_;
+    a.kv_dtype = kv_dtype_;
     a.table_stride = batch.table_stride;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     kernels_.paged_attention(a);

@@ -3,6 +3,7 @@
 // memory-mapped model, in their stored dtype (f32 or f16).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -14,8 +15,10 @@ namespace kvx {
 
 class DecoderHostBackend final : public Backend {
 public:
-    // Throws kvx::Error when the kernel table lacks a kernel this model needs.
-    DecoderHostBackend(const Model& model, const KernelTable& kernels);
+    // kv_dtype is what the cache stores (--kv-dtype): fp16 halves the K/V bytes a decode step reads;
+    // attention still computes in fp32. Throws kvx::Error when the kernel table lacks a kernel this model or
+    // this cache type needs.
+    DecoderHostBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype = KvDtype::f32);
 
     std::string name() const override { return kernels_.name; }
     void allocate_kv(int32_t num_blocks, int32_t block_size) override;
@@ -33,10 +36,14 @@ private:
 
     const Model& model_;
     const KernelTable& kernels_;
+    const KvDtype kv_dtype_;
+    size_t kv_elem_bytes_;              // 4 (f32) or 2 (f16)
     int32_t block_size_ = 0;
-    size_t block_floats_ = 0;           // floats of one block in one layer's K (or V): kv_heads * block_size * head_dim
-    std::vector<std::vector<float>> k_cache_;  // [n_layers][num_blocks][n_kv_heads][block_size][head_dim]
-    std::vector<std::vector<float>> v_cache_;  // same layout as k_cache_
+    size_t block_elems_ = 0;            // elements of one block in one layer's K (or V): kv_heads * block_size * head_dim
+    // [n_layers][num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype_, as bytes so one member serves both
+    // types; operator new's 16-byte alignment suits either.
+    std::vector<std::vector<std::byte>> k_cache_;
+    std::vector<std::vector<std::byte>> v_cache_;  // same layout as k_cache_
 
     // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode.
     int32_t scratch_rows_ = 0;

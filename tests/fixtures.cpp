@@ -59,10 +59,10 @@ std::vector<Fixture> load_fixtures() {
 
 std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable& kernels,
                                            const std::vector<int32_t>& tokens, int32_t n_prefill,
-                                           int32_t block_size) {
+                                           int32_t block_size, KvDtype kv_dtype) {
     EngineOptions options;
     options.block_size = block_size;
-    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
+    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels, kv_dtype), options);
     std::vector<float> all = position_logits(engine, tokens, static_cast<size_t>(n_prefill));
     engine.cache().check_invariants();
     REQUIRE(engine.cache().pool().num_used() == 0);

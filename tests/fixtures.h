@@ -33,7 +33,7 @@ Fixture load_fixture_at(const std::string& dir, const std::string& name);
 // of every position [n_tokens][vocab], as kvx logits does.
 std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable& kernels,
                                            const std::vector<int32_t>& tokens, int32_t n_prefill,
-                                           int32_t block_size = 16);
+                                           int32_t block_size = 16, KvDtype kv_dtype = KvDtype::f32);
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny), over one row of logits.
 double relative_max_error(const float* a, const float* b, size_t n);

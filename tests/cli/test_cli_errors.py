@@ -25,6 +25,7 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["generate", "--top-k", "-3"], "--top-k")
         self.assert_fails(["generate", "-n", "-5"], "-n must be")
         self.assert_fails(["generate", "--simd", "bogus"], "unknown --simd 'bogus'")
+        self.assert_fails(["generate", "--kv-dtype", "q8"], "unknown --kv-dtype 'q8'")
         self.assert_fails(["generate", "-p", "x", "-f", "y"], "excludes")
         self.assert_fails(["generate", "-p", "x", "--tokens", "1"], "excludes")
         self.assert_fails(["generate", "--tokens", "1,x"], "'x' is not a token id")

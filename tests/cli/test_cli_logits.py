@@ -9,7 +9,7 @@ from kvx_cli import FIXTURES, run
 
 
 class LogitsTest(unittest.TestCase):
-    def check_fixture(self, name, *extra):
+    def check_fixture(self, name, *extra, tolerance=1e-4):
         fixture = os.path.join(FIXTURES, name)
         tokens = np.load(os.path.join(fixture, "tokens.npy"))
         ref = np.load(os.path.join(fixture, "ref_logits.npy"))
@@ -24,7 +24,8 @@ class LogitsTest(unittest.TestCase):
         self.assertEqual(got.dtype, np.float32)
         for pos in range(len(tokens)):
             scale = np.abs(ref[pos]).max()
-            self.assertLessEqual(np.abs(got[pos] - ref[pos]).max(), 1e-4 * scale, f"{name} position {pos}")
+            self.assertLessEqual(np.abs(got[pos] - ref[pos]).max(), tolerance * scale, f"{name} position {pos}")
+        return got
 
     def test_stories260k(self):
         self.check_fixture("stories260K")
@@ -33,6 +34,11 @@ class LogitsTest(unittest.TestCase):
     def test_gpt2(self):
         self.check_fixture("rand_gpt2_hd8_l6_v1001_untied_ext")
         self.check_fixture("ortgenai_gpt2_l5_v1000", "--block-size", "1")
+
+    def test_fp16_kv_cache(self):
+        f32 = self.check_fixture("stories260K")
+        f16 = self.check_fixture("stories260K", "--kv-dtype", "f16", tolerance=2e-3)
+        self.assertFalse(np.array_equal(f16, f32), "--kv-dtype f16 gave the fp32 cache's logits")
 
     def test_prompt_instead_of_tokens(self):
         with tempfile.TemporaryDirectory() as tmp:

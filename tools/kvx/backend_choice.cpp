@@ -20,6 +20,12 @@ const KernelTable& kernels_for(const std::string& simd) {
     throw Error("unknown --simd '" + simd + "' (use auto, avx512, avx2, portable or reference)");
 }
 
+KvDtype kv_dtype_for(const std::string& name) {
+    if (name == "f32") return KvDtype::f32;
+    if (name == "f16") return KvDtype::f16;
+    throw Error("unknown --kv-dtype '" + name + "' (use f32 or f16)");
+}
+
 }  // namespace
 
 void add_run_options(CLI::App& command, RunOptions& o) {
@@ -28,6 +34,10 @@ void add_run_options(CLI::App& command, RunOptions& o) {
     command.add_option("-c,--context", o.context, "Most tokens the sequence may hold (default: the model's maximum)")
         ->check(CLI::NonNegativeNumber);
     command.add_option("--block-size", o.block_size, "Tokens per KV cache block: a power of two from 1 to 256")
+        ->capture_default_str();
+    command.add_option("--kv-dtype", o.kv_dtype,
+                       "What the KV cache stores: f32, or f16 (half the cache memory and the bytes a decode step "
+                       "reads; attention still computes in fp32)")
         ->capture_default_str();
     command.add_option("--simd", o.simd,
                        "CPU kernels: auto, avx512, avx2, portable, or reference (the plain fp32 oracle); "
@@ -49,6 +59,7 @@ LoadedModel load_for_run(const RunOptions& options) {
     if (simd == "auto")
         if (const char* env = std::getenv("KVX_SIMD"); env && *env) simd = env;
     const KernelTable& kernels = kernels_for(simd);
+    const KvDtype kv_dtype = kv_dtype_for(options.kv_dtype);
     if (options.threads > 0) omp_set_num_threads(options.threads);
 
     LoadedModel loaded;
@@ -57,7 +68,8 @@ LoadedModel load_for_run(const RunOptions& options) {
     engine_options.context = options.context;
     engine_options.block_size = options.block_size;
     loaded.engine = std::make_unique<Engine>(loaded.model->config,
-                                             std::make_unique<DecoderHostBackend>(*loaded.model, kernels), engine_options);
+                                             std::make_unique<DecoderHostBackend>(*loaded.model, kernels, kv_dtype),
+                                             engine_options);
     return loaded;
 }
 

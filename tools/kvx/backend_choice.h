@@ -18,6 +18,7 @@ struct RunOptions {
     int threads = 0;                // 0 = every core
     int context = 0;                // 0 = the model's max_seq_len
     int block_size = 16;
+    std::string kv_dtype = "f32";   // f32 | f16: what the KV cache stores
 };
 
 void add_run_options(CLI::App& command, RunOptions& options);
