@@ -31,6 +31,54 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, cons
     backend_->allocate_kv(cache_.pool().num_blocks(), cache_.block_size());
 }
 
+const char* cache_event_name(CacheEvent::Kind kind) {
+    switch (kind) {
+        case CacheEvent::Kind::append: return "append";
+        case CacheEvent::Kind::prefix_hit: return "prefix hit";
+        case CacheEvent::Kind::fork: return "fork";
+        case CacheEvent::Kind::rewind: return "rewind";
+        case CacheEvent::Kind::free: return "free";
+    }
+    return "?";
+}
+
+void Engine::report(CacheEvent::Kind kind, SeqId seq, int32_t before, int32_t after, SeqId parent, int32_t copies) {
+    if (!observer_) return;
+    CacheEvent e;
+    e.kind = kind;
+    e.seq = seq;
+    e.parent = parent;
+    e.length_before = before;
+    e.length_after = after;
+    e.copies = copies;
+    e.usage = cache_usage();
+    observer_(e);
+}
+
+SequenceStart Engine::start_sequence(std::span<const int32_t> prompt) {
+    const SequenceStart start = cache_.start_sequence(prompt);
+    report(CacheEvent::Kind::prefix_hit, start.seq, 0, start.cached_tokens);
+    return start;
+}
+
+SeqId Engine::fork_sequence(SeqId parent) {
+    const SeqId child = cache_.fork(parent);
+    report(CacheEvent::Kind::fork, child, cache_.length(parent), cache_.length(child), parent);
+    return child;
+}
+
+void Engine::free_sequence(SeqId seq) {
+    const int32_t before = cache_.contains(seq) ? cache_.length(seq) : 0;
+    cache_.free_sequence(seq);
+    report(CacheEvent::Kind::free, seq, before, 0);
+}
+
+void Engine::rewind(SeqId seq, int32_t n) {
+    const int32_t before = cache_.contains(seq) ? cache_.length(seq) : 0;
+    cache_.rewind_to(seq, n);
+    report(CacheEvent::Kind::rewind, seq, before, n);
+}
+
 const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inputs) {
     // Check everything before the cache changes, so that a refused batch leaves no trace.
     int64_t blocks_needed = 0;
@@ -69,7 +117,10 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
         const SequenceInput& in = inputs[i];
         const int32_t start = cache_.length(in.seq);
         const int32_t count = static_cast<int32_t>(in.tokens.size());
+        const size_t copies_before = copies_.size();
         cache_.append_slots(in.seq, in.tokens, &b.slots[b.tokens.size()], copies_);
+        report(CacheEvent::Kind::append, in.seq, start, start + count, -1,
+               static_cast<int32_t>(copies_.size() - copies_before));
         for (int32_t t = 0; t < count; ++t) {
             if (in.all_logits || t == count - 1) b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size()));
             b.tokens.push_back(in.tokens[static_cast<size_t>(t)]);

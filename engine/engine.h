@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cache_event.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/model_config.h"
 
@@ -35,13 +37,13 @@ public:
     SeqId new_sequence() { return cache_.create_sequence(); }
     // A new sequence that reuses the K/V of the prompt's longest cached prefix of whole blocks (blocks other
     // sequences hold or held with the same tokens from position 0). Feed it prompt[cached_tokens..].
-    SequenceStart start_sequence(std::span<const int32_t> prompt) { return cache_.start_sequence(prompt); }
-    SeqId fork_sequence(SeqId parent) { return cache_.fork(parent); }
-    void free_sequence(SeqId seq) { cache_.free_sequence(seq); }
+    SequenceStart start_sequence(std::span<const int32_t> prompt);
+    SeqId fork_sequence(SeqId parent);
+    void free_sequence(SeqId seq);
     // Forgets every token from position n on (speculative decoding's rejected drafts, an edited turn).
     // Logits are not cached: the next forward starts at position n, so sampling what follows token n - 1
     // means rewinding to n - 1 and feeding that token again.
-    void rewind(SeqId seq, int32_t n) { cache_.rewind_to(seq, n); }
+    void rewind(SeqId seq, int32_t n);
     int32_t length(SeqId seq) const { return cache_.length(seq); }
 
     // Appends each input's tokens to its sequence in one forward pass and returns the wanted logits,
@@ -57,6 +59,10 @@ public:
     size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(); }
     KvCacheUsage cache_usage() const { return cache_.usage(kv_bytes_per_block()); }
 
+    // Called after every cache operation (append, prefix hit, fork, rewind, free) with what it did; empty to
+    // stop. Costs nothing when unset; a usage count per operation when set.
+    void set_cache_observer(std::function<void(const CacheEvent&)> observer) { observer_ = std::move(observer); }
+
 private:
     std::unique_ptr<Backend> backend_;
     int32_t context_;
@@ -65,6 +71,9 @@ private:
     ForwardBatch batch_;            // reused between calls
     std::vector<BlockCopy> copies_;  // reused between calls
     std::vector<float> logits_;     // [rows][vocab_size], reused between calls
+    std::function<void(const CacheEvent&)> observer_;
+
+    void report(CacheEvent::Kind kind, SeqId seq, int32_t before, int32_t after, SeqId parent = -1, int32_t copies = 0);
 };
 
 }  // namespace kvx

@@ -12,14 +12,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void record_cache(const Engine& engine, GenerationStats& stats) {
-    const KvCacheManager& cache = engine.cache();
-    stats.kv_blocks_used = cache.pool().num_used();
-    stats.kv_blocks_total = cache.pool().num_blocks();
-    stats.kv_bytes_used = static_cast<size_t>(stats.kv_blocks_used) * engine.kv_bytes_per_block();
-    stats.kv_bytes_total = static_cast<size_t>(stats.kv_blocks_total) * engine.kv_bytes_per_block();
-}
-
 // How many tokens appending n_new tokens to seq may then generate; throws kvx::Error when the new tokens,
 // or they and max_new_tokens, do not fit the context.
 int64_t checked_max_new(const Engine& engine, SeqId seq, size_t n_new, int32_t max_new_tokens) {
@@ -84,7 +76,7 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
         ++stats.decode_steps;
     }
     stats.decode_seconds = seconds_since(start);
-    record_cache(engine, stats);
+    stats.kv_usage = engine.cache_usage();
     return stats;
 }
 

@@ -26,10 +26,7 @@ struct GenerationStats {
     bool interrupted = false;       // ended by GenerationOptions::interrupted
     int32_t unappended_token = -1;  // the last generated token when the token limit ended the loop before
                                     // it was appended (its forward pass was not needed), else -1
-    int32_t kv_blocks_used = 0;
-    int32_t kv_blocks_total = 0;
-    size_t kv_bytes_used = 0;
-    size_t kv_bytes_total = 0;
+    KvCacheUsage kv_usage;          // the pool when the call ended, before generate() frees the sequence
 };
 
 struct GenerationOptions {

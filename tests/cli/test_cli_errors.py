@@ -65,7 +65,7 @@ class ErrorsTest(unittest.TestCase):
     def test_help_documents_every_flag(self):
         expected = {
             "generate": ["-m", "-p", "-f", "--tokens", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
-                         "--block-size", "--simd"],
+                         "--block-size", "--simd", "--kv-dtype", "--verbose"],
             "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd"],
             "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len", "--dtype"],
             "tokenize": ["-m", "-p", "-f", "--ids", "--no-bos", "--stats"],

@@ -55,6 +55,28 @@ class GenerateTest(unittest.TestCase):
         # 256 positions in blocks of 16: 16 blocks of 32 for the 512-token context.
         self.assertRegex(err, r"KV cache 16 of 32 blocks of 16 tokens, [0-9]+ of [0-9]+ bytes")
 
+    def test_verbose_logs_every_cache_operation(self):
+        # 5 prompt tokens, 20 new: the prefill, 19 single-token appends (the last token needs no pass), a free.
+        code, ids, _ = run("tokenize", "-p", "Once upon a time")
+        n_prompt = len(ids.split(","))
+        code, _, err = run("generate", "-p", "Once upon a time", "-n", "20", "--temp", "0", "--verbose",
+                           "--block-size", "4", "-c", "64")
+        self.assertEqual(code, 0, err)
+        events = re.findall(r"kvx: cache: (\w+) seq 0 (.*); blocks (\d+) in use \((\d+) shared\), (\d+) cached, "
+                            r"(\d+) free; (\d+) slots wasted", err)
+        self.assertEqual([e[0] for e in events], ["append"] * 20 + ["free"])
+        length = 0
+        for kind, detail, in_use, shared, cached, free, wasted in events[:-1]:
+            start, end = map(int, re.match(r"positions \[(\d+), (\d+)\), 0 copies", detail).groups())
+            self.assertEqual(start, length)
+            length = end
+            blocks = -(-length // 4)  # the blocks a sequence of this length fills, by arithmetic
+            self.assertEqual((int(in_use), int(shared), int(wasted)), (blocks, 0, blocks * 4 - length))
+            self.assertEqual(int(in_use) + int(cached) + int(free), 16)
+        self.assertEqual(length, n_prompt + 19)
+        self.assertEqual(events[-1][1], f"({length} tokens)")
+        self.assertEqual(int(events[-1][2]), 0)
+
     def test_prompt_is_echoed_and_continued(self):
         code, out, err = run("generate", "-p", "Once upon a time", "-n", "20", "--temp", "0")
         self.assertEqual(code, 0, err)

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend_choice.h"
+#include "cache_report.h"
 #include "commands.h"
 #include "engine/chat_session.h"
 #include "engine/error.h"
@@ -66,15 +67,12 @@ void print_turn_stats(int turn, const GenerationStats& s) {
 }
 
 void print_session_stats(const ChatSession& chat, const Engine& engine, const SessionTotals& t, uint64_t seed) {
-    const KvCacheManager& cache = engine.cache();
     std::fprintf(stderr, "kvx: chat: %d turns, conversation %d tokens of a %d-token context; prefilled %d tokens "
                          "in %.3f ms, generated %d tokens in %.3f ms (%.1f tokens/s)\n",
                  chat.turns(), chat.conversation_tokens(), engine.context(), t.prefilled, t.prefill_seconds * 1e3,
                  t.generated, t.decode_seconds * 1e3, per_second(t.decode_steps, t.decode_seconds));
-    std::fprintf(stderr, "kvx: KV cache %d of %d blocks of %d tokens, %zu bytes; seed %llu\n", cache.pool().num_used(),
-                 cache.pool().num_blocks(), cache.block_size(),
-                 static_cast<size_t>(cache.pool().num_used()) * engine.kv_bytes_per_block(),
-                 static_cast<unsigned long long>(seed));
+    print_cache_usage(engine.cache_usage());
+    std::fprintf(stderr, "kvx: seed %llu\n", static_cast<unsigned long long>(seed));
 }
 
 void print_tokens(int turn, const std::vector<int32_t>& tokens) {
@@ -94,6 +92,7 @@ void run_chat(const ChatOptions& o) {
     ChatSession chat(*loaded.engine, config, *tokenizer,
                      o.system_given ? std::optional<std::string>(o.system) : std::nullopt);
 
+    if (o.verbose) log_cache_events(*loaded.engine);
     install_interrupt_handler();
     const bool interactive = isatty(STDIN_FILENO) != 0;
     SessionTotals totals;
@@ -142,7 +141,8 @@ void add_chat_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--system", o->system, "System message (default: the chat template's own, if any; \"\" = none)")
         ->each([o](const std::string&) { o->system_given = true; });
-    cmd->add_flag("--verbose", o->verbose, "Print the tokens each turn appends to the cache (stderr)");
+    cmd->add_flag("--verbose", o->verbose,
+                  "Print the tokens each turn appends to the cache, and every cache operation (stderr)");
     cmd->callback([o] { run_chat(*o); });
 }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "backend_choice.h"
+#include "cache_report.h"
 #include "commands.h"
 #include "engine/error.h"
 #include "engine/generator.h"
@@ -20,18 +21,18 @@ struct GenerateOptions {
     std::string prompt_file;
     std::string tokens;  // comma-separated ids, instead of a prompt
     int n_new = 256;
+    bool verbose = false;
     SamplingFlags sampling;
 };
 
-void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
+void print_stats(const GenerationStats& s, uint64_t seed) {
     auto per_second = [](double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; };
     std::fprintf(stderr, "\nkvx: prompt %d tokens, prefill %.3f ms (%.1f tokens/s)\n", s.prompt_tokens,
                  s.prefill_seconds * 1e3, per_second(s.prompt_tokens, s.prefill_seconds));
     std::fprintf(stderr, "kvx: generated %d tokens, %d decode steps in %.3f ms (%.1f tokens/s)\n", s.generated_tokens,
                  s.decode_steps, s.decode_seconds * 1e3, per_second(s.decode_steps, s.decode_seconds));
-    std::fprintf(stderr, "kvx: KV cache %d of %d blocks of %d tokens, %zu of %zu bytes; seed %llu\n", s.kv_blocks_used,
-                 s.kv_blocks_total, block_size, s.kv_bytes_used, s.kv_bytes_total,
-                 static_cast<unsigned long long>(seed));
+    print_cache_usage(s.kv_usage);
+    std::fprintf(stderr, "kvx: seed %llu\n", static_cast<unsigned long long>(seed));
 }
 
 void run_generate(const GenerateOptions& o) {
@@ -53,6 +54,7 @@ void run_generate(const GenerateOptions& o) {
             throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
                         std::to_string(config.vocab_size));
 
+    if (o.verbose) log_cache_events(*loaded.engine);
     GenerationOptions generation;
     generation.max_new_tokens = o.n_new;
     generation.stop_token_ids = config.eos_token_ids;
@@ -62,7 +64,7 @@ void run_generate(const GenerateOptions& o) {
     });
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    print_stats(stats, sampling.seed, loaded.engine->cache().block_size());
+    print_stats(stats, sampling.seed);
 }
 
 }  // namespace
@@ -81,6 +83,7 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("-n,--n-new", o->n_new, "New tokens to generate; -1 = until a stop token or the context is full")
         ->capture_default_str();
     add_sampling_options(*cmd, o->sampling);
+    cmd->add_flag("--verbose", o->verbose, "Print every KV cache operation as it happens (stderr)");
     cmd->callback([o] { run_generate(*o); });
 }
 
