@@ -82,6 +82,20 @@ TEST_CASE("engine refuses what does not fit and changes nothing", "[engine][erro
         const SeqId s = engine.new_sequence();
         CHECK_THROWS_WITH(engine.forward({{s, tokens, false}, {s, tokens, false}}), Catch::Contains("appears twice"));
     }
+    SECTION("a sequence id that does not exist: negative, never made, or freed") {
+        Engine engine = make_engine(model, 64);
+        const SeqId live = engine.new_sequence(), gone = engine.new_sequence();
+        engine.free_sequence(gone);
+        for (const SeqId bad : {SeqId{-1}, SeqId{12345}, gone}) {
+            INFO("sequence id " << bad);
+            CHECK_THROWS_WITH(engine.forward({{live, tokens, false}, {bad, tokens, false}}),
+                              Catch::Contains("no sequence with id " + std::to_string(bad)));
+            CHECK_THROWS_WITH(engine.rewind(bad, 0), Catch::Contains("no sequence with id"));
+            CHECK_THROWS_WITH(engine.fork_sequence(bad), Catch::Contains("no sequence with id"));
+        }
+        CHECK(engine.length(live) == 0);  // the good half of the refused batch was not appended either
+        engine.cache().check_invariants();
+    }
     SECTION("generation: a prompt longer than the context, or prompt plus -n beyond it") {
         Engine engine = make_engine(model, 16);
         const auto tokenizer = load_tokenizer(model.dir, model.config);
