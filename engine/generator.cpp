@@ -18,6 +18,7 @@ void record_cache(const Engine& engine, GenerationStats& stats) {
     stats.kv_blocks_total = cache.pool().num_blocks();
     stats.kv_bytes_used = static_cast<size_t>(stats.kv_blocks_used) * engine.kv_bytes_per_block();
     stats.kv_bytes_total = static_cast<size_t>(stats.kv_blocks_total) * engine.kv_bytes_per_block();
+    stats.kv_groups = engine.cache_usage_by_group();
 }
 
 // How many tokens appending n_new tokens to seq may then generate; throws kvx::Error when the new tokens,

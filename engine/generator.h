@@ -30,6 +30,7 @@ struct GenerationStats {
     int32_t kv_blocks_total = 0;
     size_t kv_bytes_used = 0;
     size_t kv_bytes_total = 0;
+    std::vector<KvCacheUsage> kv_groups;  // per layer group (Engine::cache_groups()); the above are group 0's
 };
 
 struct GenerationOptions {

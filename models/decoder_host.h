@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/backend.h"
@@ -18,9 +19,9 @@ public:
     DecoderHostBackend(const Model& model, const KernelTable& kernels);
 
     std::string name() const override { return kernels_.name; }
-    void allocate_kv(int32_t num_blocks, int32_t block_size) override;
-    size_t kv_bytes_per_block() const override;
-    void copy_blocks(const std::vector<BlockCopy>& copies) override;
+    void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) override;
+    size_t kv_bytes_per_block(size_t group) const override;
+    void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
     void forward(const ForwardBatch& batch, float* logits) override;
 
 private:
@@ -35,7 +36,10 @@ private:
     const KernelTable& kernels_;
     int32_t block_size_ = 0;
     size_t block_floats_ = 0;           // floats of one block in one layer's K (or V): kv_heads * block_size * head_dim
-    std::vector<std::vector<float>> k_cache_;  // [n_layers][num_blocks][n_kv_heads][block_size][head_dim]
+    // A layer's K/V live in its group's pool: num_blocks is that group's, and block ids are the group's.
+    std::vector<LayerGroupSpec> groups_;       // [n_groups], as the engine's cache
+    std::vector<size_t> layer_group_;          // [n_layers] the group whose slots and tables the layer uses
+    std::vector<std::vector<float>> k_cache_;  // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim]
     std::vector<std::vector<float>> v_cache_;  // same layout as k_cache_
 
     // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode.
