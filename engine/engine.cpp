@@ -70,9 +70,6 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
         for (size_t j = 0; j < i; ++j)
             if (inputs[j].seq == in.seq) throw Error("a sequence appears twice in one forward pass");
         if (in.tokens.empty()) throw Error("a forward pass input has no tokens");
-        if (in.tokens.size() > static_cast<size_t>(max_chunk_))
-            throw Error("an input of " + std::to_string(in.tokens.size()) + " tokens exceeds the engine's largest "
-                        "chunk of " + std::to_string(max_chunk_) + " (feed it in chunks)");
         for (int32_t token : in.tokens)
             if (token < 0 || token >= vocab_size_)
                 throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
@@ -81,6 +78,9 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
         if (new_len > context_)
             throw Error("sequence would hold " + std::to_string(new_len) + " tokens, more than the context of " +
                         std::to_string(context_) + " (raise -c, up to the model's maximum)");
+        if (in.tokens.size() > static_cast<size_t>(max_chunk_))
+            throw Error("an input of " + std::to_string(in.tokens.size()) + " tokens exceeds the engine's largest "
+                        "chunk of " + std::to_string(max_chunk_) + " (feed it in chunks)");
         // A sequence whose window frees more than it takes cannot lend blocks to one appended before it.
         for (size_t g = 0; g < n_groups; ++g)
             blocks_needed[g] +=
