@@ -1,4 +1,4 @@
-// What the engine needs from a compute backend: KV storage for the block pool, block copies for
+// What the engine needs from a compute backend: KV storage for the block pools, block copies for
 // copy-on-write, and the model's forward pass over a ForwardBatch. The host-kernel backend
 // (models/decoder_host.h) serves every CPU KernelTable, the reference one included; a CUDA backend
 // implements the same interface over device memory.
@@ -6,11 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/forward_batch.h"
-#include "engine/kv_cache_manager.h"
+#include "engine/kv_cache_groups.h"
 
 namespace kvx {
 
@@ -19,15 +20,17 @@ public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
 
-    // Allocates K/V storage for num_blocks blocks of block_size tokens, in every layer. Called once.
-    virtual void allocate_kv(int32_t num_blocks, int32_t block_size) = 0;
-    // Bytes of K/V storage one block occupies over all layers.
-    virtual size_t kv_bytes_per_block() const = 0;
-    // Performs copy-on-write copies recorded by the cache manager, all layers, K and V.
-    virtual void copy_blocks(const std::vector<BlockCopy>& copies) = 0;
+    // Allocates K/V storage for every layer group: group g's pool of groups[g].num_blocks blocks of
+    // block_size tokens, each holding the K/V of groups[g].layers only. Called once.
+    virtual void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) = 0;
+    // Bytes of K/V storage one block of group g occupies over the group's layers.
+    virtual size_t kv_bytes_per_block(size_t group) const = 0;
+    // Performs the copy-on-write copies the cache manager recorded, copies[g] in group g's blocks (its
+    // layers, K and V).
+    virtual void copy_blocks(std::span<const std::vector<BlockCopy>> copies) = 0;
 
-    // Runs the model over the batch: appends every row's K/V at its slot, then writes the logits of the
-    // rows in batch.logit_rows to logits [logit_rows.size()][vocab_size].
+    // Runs the model over the batch: appends every row's K/V at its group's slot, then writes the logits
+    // of the rows in batch.logit_rows to logits [logit_rows.size()][vocab_size].
     virtual void forward(const ForwardBatch& batch, float* logits) = 0;
 };
 

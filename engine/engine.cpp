@@ -15,10 +15,30 @@ int32_t resolve_context(const ModelConfig& config, const EngineOptions& options)
     return options.context == 0 ? config.max_seq_len : options.context;
 }
 
-int32_t resolve_num_blocks(int32_t context, const EngineOptions& options) {
+int32_t resolve_max_chunk(int32_t context, const EngineOptions& options) {
+    if (options.max_chunk < 0) throw Error("the largest chunk of one forward pass must be positive");
+    return options.max_chunk == 0 ? context : std::min(options.max_chunk, context);
+}
+
+int32_t ceil_div(int64_t a, int32_t b) { return static_cast<int32_t>((a + b - 1) / std::max(b, 1)); }
+
+// The pools of the model's layer groups. The full group gets num_blocks (default: one sequence of `context`
+// tokens). A windowed group holds at most ceil((W - 1 + max_chunk) / block_size) + 1 blocks per sequence
+// (docs/kv-cache.md), never more than the full context's blocks: its pool gets that for as many sequences
+// as the full pool holds at full context.
+std::vector<LayerGroupSpec> engine_groups(const ModelConfig& config, int32_t context, int32_t max_chunk,
+                                          const EngineOptions& options) {
     if (options.num_blocks < 0) throw Error("the number of KV blocks must be positive");
-    if (options.num_blocks > 0) return options.num_blocks;
-    return (context + options.block_size - 1) / std::max(options.block_size, 1);
+    const int32_t bs = options.block_size;
+    const int32_t context_blocks = ceil_div(context, bs);
+    const int32_t full_blocks = options.num_blocks > 0 ? options.num_blocks : context_blocks;
+    const int32_t per_seq = std::min(context_blocks, ceil_div(int64_t{config.sliding_window} - 1 + max_chunk, bs) + 1);
+    const int64_t sequences = std::max(1, full_blocks / std::max(context_blocks, 1));
+    const auto window_blocks = static_cast<int32_t>(std::min<int64_t>(full_blocks, sequences * per_seq));
+    std::vector<LayerGroupSpec> groups = layer_groups(config.n_layers, config.sliding_window,
+                                                      config.sliding_window_layers, full_blocks, window_blocks);
+    if (groups.empty()) groups.push_back({0, full_blocks, {}});  // a model without layers (tests' fakes)
+    return groups;
 }
 
 }  // namespace
@@ -26,9 +46,18 @@ int32_t resolve_num_blocks(int32_t context, const EngineOptions& options) {
 Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options)
     : backend_(std::move(backend)),
       context_(resolve_context(config, options)),
+      max_chunk_(resolve_max_chunk(context_, options)),
       vocab_size_(config.vocab_size),
-      cache_(resolve_num_blocks(context_, options), options.block_size) {
-    backend_->allocate_kv(cache_.pool().num_blocks(), cache_.block_size());
+      cache_(options.block_size, engine_groups(config, context_, max_chunk_, options)) {
+    std::vector<LayerGroupSpec> specs;
+    for (size_t g = 0; g < cache_.num_groups(); ++g) specs.push_back(cache_.spec(g));
+    backend_->allocate_kv(specs, cache_.block_size());
+}
+
+std::vector<KvCacheUsage> Engine::cache_usage_by_group() const {
+    std::vector<size_t> bytes;
+    for (size_t g = 0; g < cache_.num_groups(); ++g) bytes.push_back(backend_->kv_bytes_per_block(g));
+    return cache_.usage(bytes);
 }
 
 const char* cache_event_name(CacheEvent::Kind kind) {
@@ -81,7 +110,8 @@ void Engine::rewind(SeqId seq, int32_t n) {
 
 const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inputs) {
     // Check everything before the cache changes, so that a refused batch leaves no trace.
-    int64_t blocks_needed = 0;
+    const size_t n_groups = cache_.num_groups();
+    std::vector<int64_t> blocks_needed(n_groups, 0);
     size_t n_rows = 0, n_logit_rows = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
         const SequenceInput& in = inputs[i];
@@ -96,48 +126,75 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
         if (new_len > context_)
             throw Error("sequence would hold " + std::to_string(new_len) + " tokens, more than the context of " +
                         std::to_string(context_) + " (raise -c, up to the model's maximum)");
+        if (in.tokens.size() > static_cast<size_t>(max_chunk_))
+            throw Error("an input of " + std::to_string(in.tokens.size()) + " tokens exceeds the engine's largest "
+                        "chunk of " + std::to_string(max_chunk_) + " (feed it in chunks)");
         // A sequence whose window frees more than it takes cannot lend blocks to one appended before it.
-        blocks_needed += std::max(0, cache_.blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size())));
+        for (size_t g = 0; g < n_groups; ++g)
+            blocks_needed[g] +=
+                std::max(0, cache_.group(g).blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size())));
         n_rows += in.tokens.size();
         n_logit_rows += in.all_logits ? in.tokens.size() : 1;
     }
-    if (blocks_needed > cache_.pool().num_available())
-        throw Error("KV cache pool exhausted: this step needs " + std::to_string(blocks_needed) + " blocks but " +
-                    std::to_string(cache_.pool().num_available()) + " of " + std::to_string(cache_.pool().num_blocks()) +
-                    " are free");
+    for (size_t g = 0; g < n_groups; ++g) {
+        const BlockPool& pool = cache_.group(g).pool();
+        if (blocks_needed[g] > pool.num_available())
+            throw Error("KV cache pool exhausted" +
+                        (n_groups > 1 ? " in layer group " + std::to_string(g) : std::string()) + ": this step needs " +
+                        std::to_string(blocks_needed[g]) + " blocks but " + std::to_string(pool.num_available()) +
+                        " of " + std::to_string(pool.num_blocks()) + " are free");
+    }
 
     ForwardBatch& b = batch_;
     b.tokens.clear();
     b.positions.clear();
     b.row_seq.clear();
-    b.slots.resize(n_rows);
     b.logit_rows.clear();
-    copies_.clear();
+    b.groups.resize(n_groups);
+    copies_.resize(n_groups);
+    for (auto& group_copies : copies_) group_copies.clear();
+    for (size_t g = 0; g < n_groups; ++g) {
+        b.groups[g].window = cache_.spec(g).window;
+        b.groups[g].slots.resize(n_rows);
+    }
+    auto count_copies = [&] {
+        size_t n = 0;
+        for (const auto& group_copies : copies_) n += group_copies.size();
+        return n;
+    };
     for (size_t i = 0; i < inputs.size(); ++i) {
         const SequenceInput& in = inputs[i];
         const int32_t start = cache_.length(in.seq);
-        const int32_t count = static_cast<int32_t>(in.tokens.size());
-        const size_t copies_before = copies_.size();
-        cache_.append_slots(in.seq, in.tokens, &b.slots[b.tokens.size()], copies_);
-        report(CacheEvent::Kind::append, in.seq, start, start + count, -1,
-               static_cast<int32_t>(copies_.size() - copies_before));
-        for (int32_t t = 0; t < count; ++t) {
-            if (in.all_logits || t == count - 1) b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size()));
-            b.tokens.push_back(in.tokens[static_cast<size_t>(t)]);
-            b.positions.push_back(start + t);
+        const size_t count = in.tokens.size(), first_row = b.tokens.size();
+        seq_slots_.resize(n_groups * count);
+        const size_t copies_before = count_copies();
+        cache_.append_slots(in.seq, in.tokens, seq_slots_.data(), copies_);
+        report(CacheEvent::Kind::append, in.seq, start, start + static_cast<int32_t>(count), -1,
+               static_cast<int32_t>(count_copies() - copies_before));
+        for (size_t g = 0; g < n_groups; ++g)  // [n_groups][count] -> each group's [n_rows]
+            std::copy_n(seq_slots_.begin() + static_cast<std::ptrdiff_t>(g * count), count,
+                        b.groups[g].slots.begin() + static_cast<std::ptrdiff_t>(first_row));
+        for (size_t t = 0; t < count; ++t) {
+            if (in.all_logits || t + 1 == count) b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size()));
+            b.tokens.push_back(in.tokens[t]);
+            b.positions.push_back(start + static_cast<int32_t>(t));
             b.row_seq.push_back(static_cast<int32_t>(i));
         }
     }
-    size_t stride = 1;
-    for (const SequenceInput& in : inputs) stride = std::max(stride, cache_.block_table(in.seq).size());
-    b.table_stride = static_cast<int32_t>(stride);
-    b.block_tables.assign(inputs.size() * stride, -1);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-        const auto& table = cache_.block_table(inputs[i].seq);
-        std::copy(table.begin(), table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
+    for (size_t g = 0; g < n_groups; ++g) {
+        GroupRows& rows = b.groups[g];
+        size_t stride = 1;
+        for (const SequenceInput& in : inputs) stride = std::max(stride, cache_.block_table(in.seq, g).size());
+        rows.table_stride = static_cast<int32_t>(stride);
+        rows.block_tables.assign(inputs.size() * stride, -1);
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            const auto& table = cache_.block_table(inputs[i].seq, g);
+            std::copy(table.begin(), table.end(), rows.block_tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
+        }
     }
 
-    if (!copies_.empty()) backend_->copy_blocks(copies_);
+    if (std::any_of(copies_.begin(), copies_.end(), [](const auto& c) { return !c.empty(); }))
+        backend_->copy_blocks(copies_);
     logits_.resize(n_logit_rows * static_cast<size_t>(vocab_size_));
     backend_->forward(b, logits_.data());
     return logits_;

@@ -1,4 +1,5 @@
-// The engine: a backend, the cache manager that owns the block tables, and the context limit. It turns
+// The engine: a backend, the cache that owns the block tables (one group of layers, or a full and a windowed
+// group for a model with sliding-window layers: engine/kv_cache_groups.h), and the context limit. It turns
 // "these sequences get these tokens" into one ForwardBatch and returns the logits the caller asked for.
 #pragma once
 
@@ -10,7 +11,7 @@
 
 #include "engine/backend.h"
 #include "engine/cache_event.h"
-#include "engine/kv_cache_manager.h"
+#include "engine/kv_cache_groups.h"
 #include "engine/model_config.h"
 
 namespace kvx {
@@ -19,6 +20,10 @@ struct EngineOptions {
     int32_t context = 0;       // most tokens one sequence may hold; 0 = the model's max_seq_len
     int32_t block_size = 16;   // tokens per KV block, a power of two from 1 to 256
     int32_t num_blocks = 0;    // pool size; 0 = enough for one sequence of `context` tokens
+    // Most tokens one sequence appends in one forward pass; 0 = the context. A windowed layer group needs
+    // ceil((W - 1 + max_chunk) / block_size) + 1 blocks per sequence, so a small max_chunk (prefill in
+    // chunks) is what shrinks its pool below the full group's; forward refuses a longer input.
+    int32_t max_chunk = 0;
 };
 
 // New tokens for one sequence in a forward pass.
@@ -52,12 +57,17 @@ public:
     // outgrow the context or the pool is short of blocks.
     const std::vector<float>& forward(const std::vector<SequenceInput>& inputs);
 
-    const KvCacheManager& cache() const { return cache_; }
+    // The first layer group's cache: the full-attention one when the model has full layers, the only one
+    // without a window. Lengths and sequence ids are the same in every group.
+    const KvCacheManager& cache() const { return cache_.group(0); }
+    const KvCacheGroups& cache_groups() const { return cache_; }
     const Backend& backend() const { return *backend_; }
     int32_t context() const { return context_; }
+    int32_t max_chunk() const { return max_chunk_; }
     int32_t vocab_size() const { return vocab_size_; }
-    size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(); }
-    KvCacheUsage cache_usage() const { return cache_.usage(kv_bytes_per_block()); }
+    size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(0); }  // the first group's
+    KvCacheUsage cache_usage() const { return cache().usage(kv_bytes_per_block()); }  // the first group's
+    std::vector<KvCacheUsage> cache_usage_by_group() const;
 
     // Called after every cache operation (append, prefix hit, fork, rewind, free) with what it did; empty to
     // stop. Costs nothing when unset; a usage count per operation when set.
@@ -66,10 +76,12 @@ public:
 private:
     std::unique_ptr<Backend> backend_;
     int32_t context_;
+    int32_t max_chunk_;
     int32_t vocab_size_;
-    KvCacheManager cache_;
-    ForwardBatch batch_;            // reused between calls
-    std::vector<BlockCopy> copies_;  // reused between calls
+    KvCacheGroups cache_;
+    ForwardBatch batch_;                          // reused between calls
+    std::vector<std::vector<BlockCopy>> copies_;  // [n_groups], reused between calls
+    std::vector<int64_t> seq_slots_;              // [n_groups][tokens of one input], reused between calls
     std::vector<float> logits_;     // [rows][vocab_size], reused between calls
     std::function<void(const CacheEvent&)> observer_;
 

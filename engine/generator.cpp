@@ -77,6 +77,7 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
     }
     stats.decode_seconds = seconds_since(start);
     stats.kv_usage = engine.cache_usage();
+    stats.kv_groups = engine.cache_usage_by_group();
     return stats;
 }
 

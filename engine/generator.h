@@ -27,6 +27,7 @@ struct GenerationStats {
     int32_t unappended_token = -1;  // the last generated token when the token limit ended the loop before
                                     // it was appended (its forward pass was not needed), else -1
     KvCacheUsage kv_usage;          // the pool when the call ended, before generate() frees the sequence
+    std::vector<KvCacheUsage> kv_groups;  // per layer group (Engine::cache_groups()); kv_usage is group 0's
 };
 
 struct GenerationOptions {

@@ -21,8 +21,8 @@
 // Every operation is all-or-nothing across groups: appends check every pool before any changes, rewinds
 // ask every group before any rewinds, and a prefix hit is the longest prefix every group can serve.
 //
-// What a ForwardBatch needs for this (not wired yet, engine/forward_batch.h): one slots array and one
-// block_tables array per group, the group's window, and each layer reading its group's.
+// The engine builds one from the model's config (sliding_window) and hands each group's slots, tables and
+// window to the backend in ForwardBatch::groups; each layer reads its own group's (models/decoder_host.cpp).
 #pragma once
 
 #include <cstdint>

@@ -26,6 +26,32 @@ std::string file_name(const json& entry, const std::string& key, const std::stri
     return entry[key].get<std::string>();
 }
 
+// "sliding_window": {"window": W, "layers": [i, ...]}: W >= 1, layers ascending, distinct, < n_layers.
+void read_sliding_window(const json& j, const std::string& path, ModelConfig& c) {
+    if (!j.contains("sliding_window")) return;
+    const json& sw = j["sliding_window"];
+    const std::string where = "model config '" + path + "': 'sliding_window' ";
+    if (!sw.is_object() || !sw.contains("layers") || !sw["layers"].is_array())
+        throw Error(where + "must be {\"window\": W, \"layers\": [...]}");
+    if (!sw.contains("window") || !sw["window"].is_number_integer())
+        throw Error(where + "has no integer 'window'");
+    const auto window = sw["window"].get<int64_t>();
+    if (window < 1 || window > (int64_t{1} << 30))
+        throw Error(where + "'window' = " + std::to_string(window) + " is out of range");
+    c.sliding_window = static_cast<int>(window);
+    for (const json& layer : sw["layers"]) {
+        if (!layer.is_number_integer()) throw Error(where + "has a layer that is not an integer");
+        const auto i = layer.get<int64_t>();
+        if (i < 0 || i >= c.n_layers)
+            throw Error(where + "names layer " + std::to_string(i) + " of a model with " + std::to_string(c.n_layers) +
+                        " layers");
+        if (!c.sliding_window_layers.empty() && i <= c.sliding_window_layers.back())
+            throw Error(where + "layers must be ascending and listed once");
+        c.sliding_window_layers.push_back(static_cast<int>(i));
+    }
+    if (c.sliding_window_layers.empty()) throw Error(where + "lists no layer");
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& model_dir) {
@@ -67,6 +93,7 @@ ModelConfig load_model_config(const std::string& model_dir) {
     if (c.architecture == Architecture::llama && j.value("rope_style", "") != "half")
         throw Error("model config '" + path + "': unsupported rope_style (kvx implements 'half')");
     c.tied_embeddings = j.value("tied_embeddings", true);
+    read_sliding_window(j, path, c);
     c.bos_token_id = j.value("bos_token_id", -1);
     if (j.contains("eos_token_ids") && j["eos_token_ids"].is_array())
         for (const auto& t : j["eos_token_ids"]) c.eos_token_ids.push_back(t.get<int>());

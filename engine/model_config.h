@@ -40,6 +40,10 @@ struct ModelConfig {
     int max_seq_len = 0;
     float norm_eps = 1e-5f;
     bool tied_embeddings = true;
+    // Sliding-window attention (HF / Mistral convention): on the layers listed, a query at position p sees
+    // keys p - W + 1 .. p; the other layers see the whole sequence. 0 and no layers: none.
+    int sliding_window = 0;
+    std::vector<int> sliding_window_layers;  // ascending, each once
     int bos_token_id = -1;
     std::vector<int> eos_token_ids;
     std::string weights_file;    // relative to the model directory

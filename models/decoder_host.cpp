@@ -23,32 +23,46 @@ DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& ke
         if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
 }
 
-void DecoderHostBackend::allocate_kv(int32_t num_blocks, int32_t block_size) {
+void DecoderHostBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) {
     const ModelConfig& c = model_.config;
+    const auto n_layers = static_cast<size_t>(c.n_layers);
+    groups_ = groups;
+    layer_group_.assign(n_layers, groups.size());
+    for (size_t g = 0; g < groups.size(); ++g)
+        for (int32_t layer : groups[g].layers) layer_group_.at(static_cast<size_t>(layer)) = g;
+    for (size_t layer = 0; layer < n_layers; ++layer)
+        if (layer_group_[layer] == groups.size())
+            throw Error("internal: layer " + std::to_string(layer) + " is in no KV cache group");
     block_size_ = block_size;
     block_elems_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
-    const size_t layer_bytes = block_elems_ * kv_elem_bytes_ * static_cast<size_t>(num_blocks);
-    try {
-        k_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<std::byte>(layer_bytes));
-        v_cache_.assign(static_cast<size_t>(c.n_layers), std::vector<std::byte>(layer_bytes));
-    } catch (const std::bad_alloc&) {
-        throw Error("cannot allocate the KV cache: " + std::to_string(num_blocks) + " blocks of " +
-                    std::to_string(kv_bytes_per_block()) + " bytes (lower -c)");
+    k_cache_.clear();
+    v_cache_.clear();
+    for (size_t layer = 0; layer < n_layers; ++layer) {
+        const LayerGroupSpec& group = groups[layer_group_[layer]];
+        const size_t layer_bytes = block_elems_ * kv_elem_bytes_ * static_cast<size_t>(group.num_blocks);
+        try {
+            k_cache_.emplace_back(layer_bytes);
+            v_cache_.emplace_back(layer_bytes);
+        } catch (const std::bad_alloc&) {
+            throw Error("cannot allocate the KV cache: " + std::to_string(group.num_blocks) + " blocks of " +
+                        std::to_string(kv_bytes_per_block(layer_group_[layer])) + " bytes (lower -c)");
+        }
     }
 }
 
-size_t DecoderHostBackend::kv_bytes_per_block() const {
-    return 2 * static_cast<size_t>(model_.config.n_layers) * block_elems_ * kv_elem_bytes_;
+size_t DecoderHostBackend::kv_bytes_per_block(size_t group) const {
+    return 2 * groups_.at(group).layers.size() * block_elems_ * kv_elem_bytes_;
 }
 
 // The manager's copies never write a block another copy reads (each dst is freshly allocated, each src still
-// shared), as the kernel requires.
-void DecoderHostBackend::copy_blocks(const std::vector<BlockCopy>& copies) {
-    if (copies.empty()) return;
-    for (size_t layer = 0; layer < k_cache_.size(); ++layer)
-        kernels_.copy_blocks(k_cache_[layer].data(), v_cache_[layer].data(), copies.data(),
-                             static_cast<int>(copies.size()), static_cast<int64_t>(block_elems_),
-                             static_cast<int>(kv_elem_bytes_));
+// shared), as the kernel requires. Group g's copies name g's blocks, in g's layers only.
+void DecoderHostBackend::copy_blocks(std::span<const std::vector<BlockCopy>> copies) {
+    for (size_t layer = 0; layer < k_cache_.size(); ++layer) {
+        const std::vector<BlockCopy>& mine = copies[layer_group_[layer]];
+        if (mine.empty()) continue;
+        kernels_.copy_blocks(k_cache_[layer].data(), v_cache_[layer].data(), mine.data(), static_cast<int>(mine.size()),
+                             static_cast<int64_t>(block_elems_), static_cast<int>(kv_elem_bytes_));
+    }
 }
 
 void DecoderHostBackend::ensure_scratch(int32_t n_rows) {
@@ -83,20 +97,21 @@ void DecoderHostBackend::attention_block(int layer, const ForwardBatch& batch) {
         kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
     }
 
+    const GroupRows& rows = batch.groups[layer_group_[static_cast<size_t>(layer)]];
     std::byte* k_cache = k_cache_[static_cast<size_t>(layer)].data();
     std::byte* v_cache = v_cache_[static_cast<size_t>(layer)].data();
     if (kv_dtype_ == KvDtype::f16)
         kernels_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), k_.data(),
-                               v_.data(), batch.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+                               v_.data(), rows.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
     else
         kernels_.kv_append(reinterpret_cast<float*>(k_cache), reinterpret_cast<float*>(v_cache), k_.data(), v_.data(),
-                           batch.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+                           rows.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
 
     PagedAttentionArgs a;
     a.q = q_.data();
     a.k_cache = k_cache;
     a.v_cache = v_cache;
-    a.block_tables = batch.block_tables.data();
+    a.block_tables = rows.block_tables.data();
     a.row_seq = batch.row_seq.data();
     a.row_pos = batch.positions.data();
     a.out = att_.data();
@@ -106,7 +121,8 @@ void DecoderHostBackend::attention_block(int layer, const ForwardBatch& batch) {
     a.head_dim = c.head_dim;
     a.block_size = block_size_;
     a.kv_dtype = kv_dtype_;
-    a.table_stride = batch.table_stride;
+    a.table_stride = rows.table_stride;
+    a.window = rows.window;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     kernels_.paged_attention(a);
 
@@ -177,7 +193,8 @@ void DecoderHostBackend::embed(const ForwardBatch& batch) {
 }
 
 void DecoderHostBackend::forward(const ForwardBatch& batch, float* logits) {
-    if (k_cache_.empty()) throw Error("internal: forward before allocate_kv");
+    if (groups_.empty()) throw Error("internal: forward before allocate_kv");
+    if (batch.groups.size() != groups_.size()) throw Error("internal: the batch's layer groups are not the cache's");
     const ModelConfig& c = model_.config;
     const int32_t n = batch.n_rows();
     ensure_scratch(n);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/backend.h"
@@ -21,9 +22,9 @@ public:
     DecoderHostBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype = KvDtype::f32);
 
     std::string name() const override { return kernels_.name; }
-    void allocate_kv(int32_t num_blocks, int32_t block_size) override;
-    size_t kv_bytes_per_block() const override;
-    void copy_blocks(const std::vector<BlockCopy>& copies) override;
+    void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) override;
+    size_t kv_bytes_per_block(size_t group) const override;
+    void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
     void forward(const ForwardBatch& batch, float* logits) override;
 
 private:
@@ -40,8 +41,11 @@ private:
     size_t kv_elem_bytes_;              // 4 (f32) or 2 (f16)
     int32_t block_size_ = 0;
     size_t block_elems_ = 0;            // elements of one block in one layer's K (or V): kv_heads * block_size * head_dim
-    // [n_layers][num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype_, as bytes so one member serves both
-    // types; operator new's 16-byte alignment suits either.
+    // A layer's K/V live in its group's pool: num_blocks is that group's, and block ids are the group's.
+    std::vector<LayerGroupSpec> groups_;       // [n_groups], as the engine's cache
+    std::vector<size_t> layer_group_;          // [n_layers] the group whose slots and tables the layer uses
+    // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype_, as bytes so one member
+    // serves both types; operator new's 16-byte alignment suits either.
     std::vector<std::vector<std::byte>> k_cache_;
     std::vector<std::vector<std::byte>> v_cache_;  // same layout as k_cache_
 

@@ -50,6 +50,8 @@ std::vector<int32_t> wrong_tokens(const Fixture& f, size_t from, size_t n) {
 TEST_CASE("after a rewind the engine gives ONNX Runtime's logits for the tokens fed again", "[engine][rewind][ort]") {
     for (const Fixture& f : load_fixtures()) {
         const Model model = load_model(f.model_dir);
+        // A windowed model refuses rewinds into what its window released (window_test.cpp tests those).
+        if (model.config.sliding_window > 0) continue;
         for (int32_t bs : {1, 4, 16}) {
             Engine engine = make_engine(model, bs);
             const std::span<const int32_t> tokens(f.tokens);

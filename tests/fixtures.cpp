@@ -43,6 +43,12 @@ Fixture load_fixture_at(const std::string& dir, const std::string& name) {
     REQUIRE(logits.shape[0] == static_cast<int64_t>(f.tokens.size()));
     f.vocab = static_cast<int32_t>(logits.shape[1]);
     f.ref_logits = std::move(logits.f32);
+    if (meta.contains("chunk_schedules"))
+        for (const auto& [schedule, chunks] : meta["chunk_schedules"].items()) {
+            NpyArray ref = read_npy(dir + "/chunks/" + schedule + ".npy");
+            REQUIRE(ref.shape == logits.shape);
+            f.chunk_schedules.push_back({schedule, chunks.get<std::vector<int32_t>>(), std::move(ref.f32)});
+        }
     return f;
 }
 
@@ -64,9 +70,36 @@ std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable
     options.block_size = block_size;
     Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels, kv_dtype), options);
     std::vector<float> all = position_logits(engine, tokens, static_cast<size_t>(n_prefill));
-    engine.cache().check_invariants();
-    REQUIRE(engine.cache().pool().num_used() == 0);
+    engine.cache_groups().check_invariants();
+    for (size_t g = 0; g < engine.cache_groups().num_groups(); ++g)
+        REQUIRE(engine.cache_groups().group(g).pool().num_used() == 0);
     return all;
+}
+
+std::vector<float> run_chunks(Engine& engine, const std::vector<int32_t>& tokens, const std::vector<int32_t>& chunks,
+                              const std::function<void(SeqId, int32_t)>& after_pass) {
+    const size_t vocab = static_cast<size_t>(engine.vocab_size());
+    std::vector<float> all(tokens.size() * vocab);  // [tokens][vocab]
+    const SeqId seq = engine.new_sequence();
+    size_t start = 0;
+    for (int32_t n : chunks) {
+        REQUIRE(start + static_cast<size_t>(n) <= tokens.size());
+        const auto& logits = engine.forward({{seq, std::span<const int32_t>(tokens).subspan(start, static_cast<size_t>(n)), true}});
+        std::copy(logits.begin(), logits.end(), all.begin() + static_cast<std::ptrdiff_t>(start * vocab));
+        start += static_cast<size_t>(n);
+        if (after_pass) after_pass(seq, static_cast<int32_t>(start));
+    }
+    REQUIRE(start == tokens.size());
+    engine.free_sequence(seq);
+    return all;
+}
+
+double worst_row_error(const std::vector<float>& logits, const std::vector<float>& ref, size_t vocab, size_t from,
+                       size_t to) {
+    double worst = 0;
+    for (size_t row = from; row < to; ++row)
+        worst = std::max(worst, relative_max_error(&logits[row * vocab], &ref[row * vocab], vocab));
+    return worst;
 }
 
 double relative_max_error(const float* a, const float* b, size_t n) {

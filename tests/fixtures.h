@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,14 @@
 
 namespace kvx::test {
 
+// A sliding-window fixture's run of tokens in chunks (each a forward pass on top of the cache of those before)
+// with ONNX Runtime's logits for it, run the same way.
+struct ChunkSchedule {
+    std::string name;
+    std::vector<int32_t> chunks;    // run sizes, summing to n_tokens
+    std::vector<float> ref_logits;  // [n_tokens][vocab]
+};
+
 struct Fixture {
     std::string name;
     std::string model_dir;
@@ -21,6 +30,7 @@ struct Fixture {
     int32_t n_prefill = 0;
     int32_t vocab = 0;
     double tolerance = 0;  // of max|ref| per position: 1e-4 for fp32 weights and compute, more where fp16 enters
+    std::vector<ChunkSchedule> chunk_schedules;  // sliding-window fixtures only
 };
 
 // Every fixture under $KVX_FIXTURES; fails the test (not skips) when the variable or the files are missing.
@@ -34,6 +44,15 @@ Fixture load_fixture_at(const std::string& dir, const std::string& name);
 std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable& kernels,
                                            const std::vector<int32_t>& tokens, int32_t n_prefill,
                                            int32_t block_size = 16, KvDtype kv_dtype = KvDtype::f32);
+
+// Runs tokens through a new sequence of the engine in the given chunks, one forward pass each with every row's
+// logits, and frees it; returns [n_tokens][vocab]. after_pass(length) runs after each pass.
+std::vector<float> run_chunks(Engine& engine, const std::vector<int32_t>& tokens, const std::vector<int32_t>& chunks,
+                              const std::function<void(SeqId, int32_t)>& after_pass = {});
+
+// The worst relative_max_error over the rows [from, to) of two [rows][vocab] logits arrays.
+double worst_row_error(const std::vector<float>& logits, const std::vector<float>& ref, size_t vocab, size_t from,
+                       size_t to);
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny), over one row of logits.
 double relative_max_error(const float* a, const float* b, size_t n);

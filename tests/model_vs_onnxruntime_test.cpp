@@ -132,8 +132,10 @@ TEST_CASE("an fp16 KV cache gives ONNX Runtime's logits within 2e-3", "[model][o
     CHECK(fp16 != fp32);
     auto block_bytes = [&](KvDtype dtype) {
         DecoderHostBackend backend(model, reference_kernels(), dtype);
-        backend.allocate_kv(1, 16);
-        return backend.kv_bytes_per_block();
+        std::vector<int32_t> layers(static_cast<size_t>(model.config.n_layers));
+        for (size_t l = 0; l < layers.size(); ++l) layers[l] = static_cast<int32_t>(l);
+        backend.allocate_kv({LayerGroupSpec{0, 1, layers}}, 16);
+        return backend.kv_bytes_per_block(0);
     };
     CHECK(block_bytes(KvDtype::f16) * 2 == block_bytes(KvDtype::f32));
 }

@@ -159,5 +159,23 @@ class GenerateF16Test(unittest.TestCase):
         self.assertEqual(out, run_c_text(tokens, llama2c_pieces(TOKENIZER)))
 
 
+class GenerateWindowTest(unittest.TestCase):
+    """A sliding-window model (W = 7 on 2 of 3 layers) generates greedily what ONNX Runtime generates over
+    11 windows, and the stats show the windowed layers' blocks staying at the window's."""
+
+    def test_greedy_window_matches_onnxruntime_with_bounded_windowed_blocks(self):
+        fixture = os.path.join(FIXTURES, "rand_window7_l3_hd12_v211")
+        code, out, err = run("generate", "-m", os.path.join(fixture, "model"), "--tokens", "1,2,3", "-n", "77",
+                             "--temp", "0", "--block-size", "4")
+        self.assertEqual(code, 0, err)
+        expected = greedy_tokens(os.path.join(fixture, "model.onnx"), [1, 2, 3], 3 + 77)
+        self.assertEqual([int(t) for t in out.split(",")], expected)
+        # 79 tokens appended (the last one needs no pass): 20 blocks of 4 in the full group, and in the
+        # windowed one the 2 blocks holding positions 72..78, the last query's window.
+        self.assertIn("full layers (1): 20 of", err)
+        self.assertIn("windowed layers (2): 2 of", err)
+        self.assertIn("(bounded by W = 7)", err)
+
+
 if __name__ == "__main__":
     unittest.main()

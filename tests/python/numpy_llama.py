@@ -30,12 +30,16 @@ def _rope_half(x, inv_freq):
 
 
 def forward(config, t, tokens):
-    """tokens: int [T] at positions 0..T-1. Returns float64 [T, vocab] logits, causal attention."""
+    """tokens: int [T] at positions 0..T-1. Returns float64 [T, vocab] logits, causal attention; on the
+    layers config["sliding_window"] lists, a query at p sees keys p - W + 1 .. p only."""
     c = config
     hd, nh, nkv = c["head_dim"], c["n_heads"], c["n_kv_heads"]
     n = len(tokens)
     x = t["tok_embeddings"][np.asarray(tokens)]  # [T, dim]
     causal = np.tril(np.ones((n, n), dtype=bool))
+    window = c.get("sliding_window") or {"window": 0, "layers": []}
+    distance = np.arange(n)[:, None] - np.arange(n)[None, :]  # [query, key]
+    banded = causal & (distance < window["window"])
     for i in range(c["n_layers"]):
         p = f"layers.{i}."
         h = _rms_norm(x, t[p + "attn_norm"], c["norm_eps"])
@@ -45,7 +49,8 @@ def forward(config, t, tokens):
         q, k = _rope_half(q, t["rope_inv_freq"]), _rope_half(k, t["rope_inv_freq"])
         # query head j reads KV head j // (nh / nkv)
         k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
-        scores = np.where(causal, q @ k.transpose(0, 2, 1) / np.sqrt(hd), -np.inf)
+        mask = banded if i in window["layers"] else causal
+        scores = np.where(mask, q @ k.transpose(0, 2, 1) / np.sqrt(hd), -np.inf)
         probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
         x = x + (probs @ v).transpose(1, 0, 2).reshape(n, nh * hd) @ t[p + "wo"].T

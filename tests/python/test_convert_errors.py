@@ -130,6 +130,30 @@ class ConverterRefusals(unittest.TestCase):
                     model, {"max_position_embeddings": "512", key: value}))
                 self._refused(path, f"metadata '{key}'", fragment)
 
+    def test_sliding_window_metadata_must_be_carried_whole(self):
+        full, sliding = '"full_attention"', '"sliding_attention"'
+        for props, fragment in (({"sliding_window": "0"}, "must be a positive token count"),
+                                ({"sliding_window": "seven"}, "is not JSON"),
+                                ({"sliding_window": "7", "layer_types": f"[{sliding}]"}, "each of the 5 layers"),
+                                ({"sliding_window": "7", "layer_types": f"[{full}, {full}, {full}, {full}, "
+                                                                        '"local"]'}, "each of the 5 layers"),
+                                ({"layer_types": f"[{sliding}, {full}, {full}, {full}, {full}]"}, "gives no window")):
+            with self.subTest(props=props):
+                path = self._variant(f"window_{len(str(props))}", lambda model: helper.set_model_props(
+                    model, {"max_position_embeddings": "512", **props}))
+                self._refused(path, fragment)
+
+    def test_fused_attention_window_is_refused(self):
+        from sliding_window import sliding_window_of
+        from convert_errors import ConvertError
+        gqa = helper.make_node("GroupQueryAttention", ["q"], ["out"], name="/model/layers.0/attn/GQA",
+                               domain="com.microsoft", local_window_size=16)
+        model = helper.make_model(helper.make_graph([gqa], "g", [], []))
+        with self.assertRaisesRegex(ConvertError, "GQA.*local_window_size 16.*cannot carry"):
+            sliding_window_of(model, 1)
+        model.graph.node[0].attribute[0].i = -1
+        self.assertIsNone(sliding_window_of(model, 1))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -23,7 +23,7 @@ RECIPE_TO_CONFIG = {"dim": "dim", "hidden": "hidden_dim", "layers": "n_layers", 
 
 def export_recipe(path, recipe):
     extra = []
-    for key in ("max_seq_len", "norm_eps", "rope_theta"):
+    for key in ("max_seq_len", "norm_eps", "rope_theta", "sliding_window", "window_layers"):
         if key in recipe:
             extra += ["--" + key.replace("_", "-"), recipe[key]]
     for flag in ("untied", "external_data"):
@@ -71,6 +71,12 @@ class AwkwardShapes(unittest.TestCase):
                 self.assertEqual(config["tied_embeddings"], not recipe.get("untied", False))
                 self.assertEqual(config["max_seq_len"], recipe.get("max_seq_len", 256))
                 self.assertEqual(config["norm_eps"], recipe.get("norm_eps", 1e-5))
+                if "sliding_window" in recipe:
+                    self.assertEqual(config["sliding_window"], {
+                        "window": recipe["sliding_window"],
+                        "layers": [int(i) for i in recipe["window_layers"].split(",")]})
+                else:
+                    self.assertNotIn("sliding_window", config)
                 self.assertIsNone(config["tokenizer"])
                 self.assertFalse((model_dir / "tokenizer.bin").exists())
                 theta, hd = recipe.get("rope_theta", 10000.0), recipe["head_dim"]

@@ -22,6 +22,7 @@ from graph_mapper import map_graph
 from kvx_writer import kvx_config, write_model_dir
 from onnx_loading import check_onnx_model, load_onnx_model
 from op_support import check_supported_ops
+from sliding_window import sliding_window_of
 from special_tokens import special_token_ids
 from tokenizer_bundle import bundle
 from weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
@@ -77,9 +78,11 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
         extras.bos_token_id = bos
     if eos is not None:
         extras.eos_token_ids = eos
+    window = sliding_window_of(model, mapped.hyperparameters["n_layers"])
     dtype = dtype or source_dtype(mapped.tensors)
     tensors = cast_weights(mapped.tensors, dtype)
-    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype)
+    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,
+                        window)
     try:
         write_model_dir(out_dir, config, tensors, extras.files)
     except OSError as e:

@@ -20,9 +20,10 @@ def _json_float32(value):
     return float(str(np.float32(value)))
 
 
-def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, weights_dtype="f32"):
+def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, weights_dtype="f32",
+               sliding_window=None):
     """config.json's content, keys in the documented order. bundle: tokenizer_bundle.Bundle.
-    weights_dtype: "f32" or "f16", the matrices' storage."""
+    weights_dtype: "f32" or "f16", the matrices' storage. sliding_window: {"window", "layers"} or None."""
     h = hyperparameters
     config = {
         "format": "kvx-model",
@@ -39,6 +40,7 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, we
         "norm_eps": _json_float32(h["norm_eps"]),
         "rope_style": h.get("rope_style"),  # null for gpt2: learned positions, no RoPE
         "tied_embeddings": bool(h["tied_embeddings"]),
+        **({"sliding_window": sliding_window} if sliding_window else {}),
         "bos_token_id": int(bundle.bos_token_id),
         "eos_token_ids": [int(t) for t in bundle.eos_token_ids],
         "weights": {"file": WEIGHTS_FILE, "dtype": weights_dtype},

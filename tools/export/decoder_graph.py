@@ -15,9 +15,15 @@ MASKED_SCORE = np.finfo(np.float32).min  # what HF adds to masked scores; finite
 
 
 def graph_metadata(config):
-    """metadata_props of the exported model: the context length, and the special token ids when known
-    (kvx convert reads them; HF's config.json spells the EOS key in the singular)."""
+    """metadata_props of the exported model: the context length, the special token ids when known, and
+    the sliding window when there is one (kvx convert reads them; the keys are HF config.json's, which
+    spells the EOS key in the singular and names each layer's attention in layer_types)."""
     metadata = {"max_position_embeddings": config["max_seq_len"]}
+    if config.get("sliding_window"):
+        windowed = set(config["window_layers"])
+        metadata["sliding_window"] = json.dumps(int(config["sliding_window"]))
+        metadata["layer_types"] = json.dumps(["sliding_attention" if i in windowed else "full_attention"
+                                              for i in range(config["n_layers"])])
     if "bos_token_id" in config:
         metadata["bos_token_id"] = json.dumps(int(config["bos_token_id"]))
     if "eos_token_ids" in config:
@@ -65,10 +71,13 @@ class DecoderGraph:
         return self.g.op("Reshape", [x, self._batch_seq_shape(
             x, [self.c["n_heads"] * self.c["head_dim"]], scope)], scope)
 
-    def _attention_bias(self, input_ids, attention_mask):
+    def _attention_bias(self, input_ids, attention_mask, window=0):
         """[b, 1, s, t] fp32: 0 where query i (absolute position past + i) may see key j, that is
-        j <= past + i and attention_mask[b, j] == 1; MASKED_SCORE elsewhere."""
-        g, scope = self.g, "/model/attention_mask"
+        j <= past + i and attention_mask[b, j] == 1, and with a window W also j > past + i - W (HF's
+        sliding-window mask: the W most recent positions, the query's own included); MASKED_SCORE elsewhere.
+        Positions are absolute, so the band is right with a past cache and for several new tokens."""
+        g = self.g
+        scope = "/model/sliding_window_mask" if window else "/model/attention_mask"
         seq_len = g.op("Gather", [g.op("Shape", [input_ids], scope), g.const(1, scope)], scope, axis=0)
         total_len = g.op("Gather", [g.op("Shape", [attention_mask], scope), g.const(1, scope)], scope, axis=0)
         past_len = g.op("Sub", [total_len, seq_len], scope)
@@ -80,5 +89,9 @@ class DecoderGraph:
         key_present = g.op("Unsqueeze", [g.op("Cast", [attention_mask], scope, to=BOOL),
                                          g.const([1, 2], scope)], scope)  # [b, 1, 1, t]
         allowed = g.op("And", [causal, key_present], scope)  # [b, 1, s, t]
+        if window:
+            distance = g.op("Sub", [g.op("Unsqueeze", [query_pos, g.const([1], scope)], scope),
+                                    g.op("Unsqueeze", [key_pos, g.const([0], scope)], scope)], scope)  # [s, t]
+            allowed = g.op("And", [allowed, g.op("Less", [distance, g.const(window, scope)], scope)], scope)
         return g.op("Where", [allowed, g.const(0.0, scope, np.float32),
                               g.const(MASKED_SCORE, scope, np.float32)], scope)

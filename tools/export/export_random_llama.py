@@ -3,7 +3,10 @@
 
   python3 tools/export/export_random_llama.py --dim D --hidden H --layers L --heads NH \\
       --kv-heads NKV --head-dim HD --vocab V [--untied] [--max-seq-len N] [--norm-eps E] \\
-      [--rope-theta T] --seed S -o OUT.onnx [--external-data]
+      [--rope-theta T] [--sliding-window W [--window-layers 0,2]] --seed S -o OUT.onnx [--external-data]
+
+--sliding-window W masks a band on the windowed layers (all of them unless --window-layers lists some): a
+query at position p sees keys p-W+1..p, HF's convention; the window goes into the metadata for kvx convert.
 """
 
 import argparse
@@ -67,12 +70,22 @@ def parse_args(argv):
     parser.add_argument("--max-seq-len", type=int, default=256)
     parser.add_argument("--norm-eps", type=float, default=1e-5)
     parser.add_argument("--rope-theta", type=float, default=10000.0)
+    parser.add_argument("--sliding-window", type=int, default=0, help="window W of the windowed layers")
+    parser.add_argument("--window-layers", help="comma-separated layers with the window (default: all)")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--external-data", action="store_true", help="weights in OUT.onnx.data")
     args = parser.parse_args(argv)
     if args.head_dim % 2 or args.heads % args.kv_heads:
         parser.error("--head-dim must be even and --heads a multiple of --kv-heads")
+    if args.sliding_window < 0 or (args.window_layers and not args.sliding_window):
+        parser.error("--sliding-window must be positive, and --window-layers needs it")
+    if args.window_layers:
+        args.window_layers = sorted({int(i) for i in args.window_layers.split(",")})
+        if not all(0 <= i < args.layers for i in args.window_layers):
+            parser.error(f"--window-layers must name layers 0..{args.layers - 1}")
+    elif args.sliding_window:
+        args.window_layers = list(range(args.layers))
     return args
 
 
@@ -83,6 +96,8 @@ def main(argv=None):
         "n_kv_heads": args.kv_heads, "head_dim": args.head_dim, "vocab_size": args.vocab,
         "max_seq_len": args.max_seq_len, "norm_eps": args.norm_eps, "rope_theta": args.rope_theta,
     }
+    if args.sliding_window:
+        config.update(sliding_window=args.sliding_window, window_layers=args.window_layers)
     weights = random_llama_weights(config, tied=not args.untied, seed=args.seed)
     save_onnx(build_llama_graph(config, weights), args.output, args.external_data)
     return 0

@@ -11,7 +11,8 @@ Only default-domain operators. The interface is the one HF/optimum exports use:
 where total_sequence_length = past_sequence_length + sequence_length. Keys are cached after RoPE.
 
 config: dict with dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len,
-norm_eps, rope_theta.
+norm_eps, rope_theta; optionally sliding_window W with window_layers (the layers whose mask is HF's
+sliding-window band: a query at p sees keys p-W+1..p), written to the metadata as well.
 weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear weights [out, in]
 (PyTorch's layout), Q and K rows already in rotate-half order within each head:
   tok_embeddings [vocab, dim]; final_norm [dim]; classifier [vocab, dim] only when untied;
@@ -160,11 +161,14 @@ class _LlamaGraph(DecoderGraph):
         hidden = g.op("Gather", [embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
         cos, sin = self._rotary_cos_sin("position_ids")
         bias = self._attention_bias("input_ids", "attention_mask")
+        window = c.get("sliding_window") or 0
+        window_bias = self._attention_bias("input_ids", "attention_mask", window) if window else None
         for i in range(c["n_layers"]):
             layer = f"/model/layers.{i}"
             normed = self._rms_norm(hidden, f"layers.{i}.attn_norm",
                                     f"model.layers.{i}.input_layernorm.weight", f"{layer}/input_layernorm")
-            hidden = g.op("Add", [hidden, self._attention(i, normed, cos, sin, bias)], layer)
+            layer_bias = window_bias if window and i in c["window_layers"] else bias
+            hidden = g.op("Add", [hidden, self._attention(i, normed, cos, sin, layer_bias)], layer)
             normed = self._rms_norm(hidden, f"layers.{i}.ffn_norm",
                                     f"model.layers.{i}.post_attention_layernorm.weight",
                                     f"{layer}/post_attention_layernorm")

@@ -25,6 +25,22 @@ struct GenerateOptions {
     SamplingFlags sampling;
 };
 
+// A model with sliding-window layers: what each layer group's pool holds at the end of the generation (the
+// windowed group stays bounded by its window however long the sequence grows).
+void print_group_usage(const GenerationStats& s, const KvCacheGroups& groups) {
+    if (s.kv_groups.size() < 2) return;
+    std::fprintf(stderr, "kvx: KV cache by layer group:");
+    for (size_t g = 0; g < s.kv_groups.size(); ++g) {
+        const LayerGroupSpec& spec = groups.spec(g);
+        const KvCacheUsage& u = s.kv_groups[g];
+        std::fprintf(stderr, "%s %s layers (%zu): %d of %d blocks, %zu bytes", g ? ";" : "",
+                     spec.window ? "windowed" : "full", spec.layers.size(), u.blocks_in_use, u.blocks_total,
+                     u.bytes_in_use());
+        if (spec.window) std::fprintf(stderr, " (bounded by W = %d)", spec.window);
+    }
+    std::fputc('\n', stderr);
+}
+
 void print_stats(const GenerationStats& s, uint64_t seed) {
     auto per_second = [](double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; };
     std::fprintf(stderr, "\nkvx: prompt %d tokens, prefill %.3f ms (%.1f tokens/s)\n", s.prompt_tokens,
@@ -65,6 +81,7 @@ void run_generate(const GenerateOptions& o) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     print_stats(stats, sampling.seed);
+    print_group_usage(stats, loaded.engine->cache_groups());
 }
 
 }  // namespace
