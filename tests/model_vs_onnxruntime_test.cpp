@@ -114,7 +114,7 @@ TEST_CASE("sequences batched in one pass get the logits they get alone", "[model
 TEST_CASE("an fp16 KV cache gives ONNX Runtime's logits within 2e-3", "[model][ort][kv_f16]") {
     const Fixture f = load_fixture(GENERATE(as<std::string>(), "stories260K", "rand_hd80_gqa1_l1_v257_ext",
                                             "rand_hd24_gqa4_l3_v301_untied", "rand_gpt2_hd24_l3_v263_ctx65",
-                                            "ortgenai_gpt2_l5_v1000", "ortgenai_llama_fp16"));
+                                            "ortgenai_gpt2_l5_v1000", "ortgenai_llama_fp16", "rand_window7_l3_hd12_v211"));
     const Model model = load_model(f.model_dir);
     for (const KernelTable* kernels : kernel_tables()) {
         const auto logits = run_prefill_then_decode(model, *kernels, f.tokens, f.n_prefill, 16, KvDtype::f16);
