@@ -58,6 +58,8 @@ public:
     int32_t vocab_size() const { return vocab_size_; }
     size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(); }
     KvCacheUsage cache_usage() const { return cache_.usage(kv_bytes_per_block()); }
+    // The copy-on-write copies the last forward pass ran (one copy_blocks call): beam search counts them.
+    const std::vector<BlockCopy>& last_copies() const { return copies_; }
 
     // Called after every cache operation (append, prefix hit, fork, rewind, free) with what it did; empty to
     // stop. Costs nothing when unset; a usage count per operation when set.
