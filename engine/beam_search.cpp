@@ -104,7 +104,8 @@ void check_options(const Engine& engine, std::span<const int32_t> prompt, const 
         throw Error("the prompt (" + std::to_string(prompt.size()) + " tokens) and " +
                     std::to_string(o.max_new_tokens) + " new tokens exceed the context of " +
                     std::to_string(engine.context()) + " tokens: raise -c or lower -n");
-    const int64_t needed = beam_search_blocks_needed(static_cast<int64_t>(prompt.size()), o, engine.cache().block_size());
+    const int64_t needed =
+        beam_search_blocks_needed(static_cast<int64_t>(prompt.size()), o, engine.cache().block_size());
     const int32_t available = engine.cache().pool().num_available();
     if (needed > available)
         throw Error("KV cache pool exhausted: " + std::to_string(o.num_beams) + " beams over " +

@@ -81,7 +81,8 @@ void check_hypotheses(const std::vector<BeamHypothesis>& got, const std::vector<
     REQUIRE(got.size() == want.size());
     for (const BeamHypothesis& w : want) {
         INFO("reference hypothesis " << tokens_text(w.tokens) << "score " << w.score);
-        const auto match = std::find_if(got.begin(), got.end(), [&](const BeamHypothesis& g) { return g.tokens == w.tokens; });
+        const auto match =
+            std::find_if(got.begin(), got.end(), [&](const BeamHypothesis& g) { return g.tokens == w.tokens; });
         REQUIRE(match != got.end());
         CHECK(std::fabs(match->score - w.score) <= 1e-4 * std::fabs(w.score));
         CHECK(match->stopped_by_token == w.stopped_by_token);
