@@ -206,3 +206,54 @@ TEST_CASE("beam search refuses impossible options before any work", "[beam][erro
     CHECK_THROWS_WITH(beam_search(engine, std::vector<int32_t>{}, BeamSearchOptions{}),
                       Catch::Contains("beam search needs a prompt"));
 }
+
+TEST_CASE("every token a stop token: the search ends at once, nothing left behind", "[beam]") {
+    const Fixture f = load_fixture("rand_gpt2_hd24_l3_v263_ctx65");
+    const Model model = load_model(f.model_dir);
+    Engine engine = make_engine(model, cpu::cpu_kernels(cpu::best_simd_level()), 4, 200);
+    const std::vector<int32_t> prompt(f.tokens.begin(), f.tokens.begin() + 6);
+    for (int32_t n : {1, 7, 64}) {
+        BeamSearchOptions o;
+        o.num_beams = n;
+        o.max_new_tokens = 10;
+        for (int v = 0; v < f.vocab; ++v) o.stop_token_ids.push_back(v);
+        const BeamSearchResult r = beam_search(engine, prompt, o);
+        REQUIRE(r.hypotheses.size() == static_cast<size_t>(n));
+        for (const BeamHypothesis& h : r.hypotheses) {
+            CHECK(h.tokens.size() == 1);
+            CHECK(h.stopped_by_token);
+            CHECK(h.sum_logprobs < 0);  // a log-probability, not a raw logit
+        }
+        CHECK(r.stats.decode_steps == 0);
+        CHECK(engine.cache().num_sequences() == 0);
+        CHECK(engine.cache_usage().blocks_in_use == 0);
+    }
+}
+
+TEST_CASE("prompts ending on, before and after a block boundary give the hypotheses of one big block",
+          "[beam]") {
+    // Forks of a prompt that fills its last block exactly share no partial block; one token more and every
+    // fork copies it. Either way the beams must see the same history.
+    const Fixture f = load_fixture("rand_hd24_gqa4_l3_v301_untied");
+    const Model model = load_model(f.model_dir);
+    const KernelTable& kernels = cpu::cpu_kernels(cpu::best_simd_level());
+    for (size_t len : {3, 4, 5, 7, 8, 9}) {
+        const std::vector<int32_t> prompt(f.tokens.begin(), f.tokens.begin() + static_cast<std::ptrdiff_t>(len));
+        BeamSearchOptions o;
+        o.num_beams = 6;
+        o.max_new_tokens = 9;
+        Engine one_block = make_engine(model, kernels, 64, 12);
+        const BeamSearchResult want = beam_search(one_block, prompt, o);
+        Engine small_blocks = make_engine(model, kernels, 4, 200);
+        const BeamSearchResult got = beam_search(small_blocks, prompt, o);
+        INFO("prompt of " << len << " tokens");
+        REQUIRE(got.hypotheses.size() == want.hypotheses.size());
+        for (size_t i = 0; i < got.hypotheses.size(); ++i) {
+            CHECK(got.hypotheses[i].tokens == want.hypotheses[i].tokens);
+            const double score = want.hypotheses[i].score;
+            CHECK(std::fabs(got.hypotheses[i].score - score) <= 1e-5 * std::fabs(score));
+            for (size_t j = 0; j < i; ++j) CHECK(got.hypotheses[i].tokens != got.hypotheses[j].tokens);  // no beam twice
+        }
+        CHECK(small_blocks.cache_usage().blocks_in_use == 0);
+    }
+}
