@@ -68,6 +68,8 @@ public:
     size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(0); }  // the first group's
     KvCacheUsage cache_usage() const { return cache().usage(kv_bytes_per_block()); }  // the first group's
     std::vector<KvCacheUsage> cache_usage_by_group() const;
+    // The copy-on-write copies the last forward pass ran, [n_groups] (one copy_blocks call): beam search counts them.
+    const std::vector<std::vector<BlockCopy>>& last_copies() const { return copies_; }
 
     // Called after every cache operation (append, prefix hit, fork, rewind, free) with what it did; empty to
     // stop. Costs nothing when unset; a usage count per operation when set.

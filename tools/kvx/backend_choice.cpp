@@ -26,6 +26,13 @@ KvDtype kv_dtype_for(const std::string& name) {
     throw Error("unknown --kv-dtype '" + name + "' (use f32 or f16)");
 }
 
+// --simd, else $KVX_SIMD where --simd is auto.
+std::string chosen_simd(const RunOptions& options) {
+    if (options.simd == "auto")
+        if (const char* env = std::getenv("KVX_SIMD"); env && *env) return env;
+    return options.simd;
+}
+
 }  // namespace
 
 void add_run_options(CLI::App& command, RunOptions& o) {
@@ -54,22 +61,30 @@ std::string resolve_model_dir(const std::string& requested) {
     return KVX_DEFAULT_MODEL_DIR;
 }
 
-LoadedModel load_for_run(const RunOptions& options) {
-    std::string simd = options.simd;
-    if (simd == "auto")
-        if (const char* env = std::getenv("KVX_SIMD"); env && *env) simd = env;
-    const KernelTable& kernels = kernels_for(simd);
-    const KvDtype kv_dtype = kv_dtype_for(options.kv_dtype);
+LoadedModel load_model_for_run(const RunOptions& options) {
+    kernels_for(chosen_simd(options));  // an unknown --simd or --kv-dtype fails before the model loads
+    kv_dtype_for(options.kv_dtype);
     if (options.threads > 0) omp_set_num_threads(options.threads);
-
     LoadedModel loaded;
     loaded.model = std::make_unique<Model>(load_model(resolve_model_dir(options.model_dir)));
+    return loaded;
+}
+
+void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks) {
     EngineOptions engine_options;
     engine_options.context = options.context;
     engine_options.block_size = options.block_size;
-    loaded.engine = std::make_unique<Engine>(loaded.model->config,
-                                             std::make_unique<DecoderHostBackend>(*loaded.model, kernels, kv_dtype),
-                                             engine_options);
+    engine_options.num_blocks = num_blocks;
+    loaded.engine = std::make_unique<Engine>(
+        loaded.model->config,
+        std::make_unique<DecoderHostBackend>(*loaded.model, kernels_for(chosen_simd(options)),
+                                             kv_dtype_for(options.kv_dtype)),
+        engine_options);
+}
+
+LoadedModel load_for_run(const RunOptions& options) {
+    LoadedModel loaded = load_model_for_run(options);
+    start_engine(loaded, options);
     return loaded;
 }
 

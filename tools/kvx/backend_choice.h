@@ -35,5 +35,9 @@ struct LoadedModel {
 
 // Throws kvx::Error for every bad choice (unknown --simd, a level the CPU lacks, a missing model, ...).
 LoadedModel load_for_run(const RunOptions& options);
+// The same in two steps, for a command that sizes the KV pool from the prompt (beam search): the model
+// alone (engine null), then its engine with num_blocks blocks (0 = one sequence of the whole context).
+LoadedModel load_model_for_run(const RunOptions& options);
+void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks = 0);
 
 }  // namespace kvx::cli

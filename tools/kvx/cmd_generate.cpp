@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "backend_choice.h"
+#include "beam_generate.h"
 #include "cache_report.h"
 #include "commands.h"
 #include "engine/error.h"
@@ -23,6 +24,7 @@ struct GenerateOptions {
     int n_new = 256;
     bool verbose = false;
     SamplingFlags sampling;
+    BeamFlags beam;
 };
 
 // A model with sliding-window layers: what each layer group's pool holds at the end of the generation (the
@@ -51,12 +53,14 @@ void print_stats(const GenerationStats& s, uint64_t seed) {
     std::fprintf(stderr, "kvx: seed %llu\n", static_cast<unsigned long long>(seed));
 }
 
-void run_generate(const GenerateOptions& o) {
+void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     std::string prompt = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
+    const bool beams = beam_search_requested(cmd, o.beam, o.sampling);
     const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
 
-    LoadedModel loaded = load_for_run(o.run);
+    // The engine starts once the prompt is known: beam search sizes its pool by it.
+    LoadedModel loaded = load_model_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
     const bool ids_only = !o.tokens.empty() && config.tokenizer_type.empty();
     const auto tokenizer = ids_only ? token_id_text() : load_tokenizer(loaded.model->dir, config);
@@ -70,7 +74,10 @@ void run_generate(const GenerateOptions& o) {
             throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
                         std::to_string(config.vocab_size));
 
+    if (beams) return run_beam_generate(loaded, o.run, *tokenizer, tokens, o.n_new, o.beam, o.verbose);
+    start_engine(loaded, o.run);
     if (o.verbose) log_cache_events(*loaded.engine);
+
     GenerationOptions generation;
     generation.max_new_tokens = o.n_new;
     generation.stop_token_ids = config.eos_token_ids;
@@ -101,7 +108,8 @@ void add_generate_command(CLI::App& app) {
         ->capture_default_str();
     add_sampling_options(*cmd, o->sampling);
     cmd->add_flag("--verbose", o->verbose, "Print every KV cache operation as it happens (stderr)");
-    cmd->callback([o] { run_generate(*o); });
+    add_beam_options(*cmd, o->beam);
+    cmd->callback([o, cmd] { run_generate(*o, *cmd); });
 }
 
 }  // namespace kvx::cli
