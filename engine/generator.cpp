@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/error.h"
+#include "engine/speculative.h"
 
 namespace kvx {
 namespace {
@@ -48,6 +49,7 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
                                   std::span<const int32_t> new_tokens, const GenerationOptions& options,
                                   const std::function<void(std::string_view)>& emit, std::vector<int32_t>* generated) {
     const int64_t max_new = checked_max_new(engine, seq, new_tokens.size(), options.max_new_tokens);
+    check_speculative_options(options);
 
     GenerationStats stats;
     stats.prompt_tokens = static_cast<int32_t>(new_tokens.size());
@@ -57,8 +59,18 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
     stats.prefill_seconds = seconds_since(start);
 
     start = std::chrono::steady_clock::now();
-    const auto& stops = options.stop_token_ids;
     int32_t prev = new_tokens.back();
+    if (options.speculative_drafts > 0) {
+        decode_speculative(engine, seq, sampler, logits->data(), new_tokens, max_new, options, [&](int32_t next) {
+            emit(tokenizer.decode(prev, next));
+            if (generated) generated->push_back(next);
+            prev = next;
+        }, stats);
+        stats.decode_seconds = seconds_since(start);
+        record_cache(engine, stats);
+        return stats;
+    }
+    const auto& stops = options.stop_token_ids;
     int32_t next_token[1] = {0};
     const std::vector<SequenceInput> decode_step = {{seq, next_token, false}};  // reused: no allocation per token
     for (int64_t i = 0; i < max_new; ++i) {
@@ -95,6 +107,7 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sa
     const SeqId seq = engine.new_sequence();
     try {
         checked_max_new(engine, seq, prompt.size(), options.max_new_tokens);  // an error prints nothing
+        check_speculative_options(options);
         int32_t prev = -1;
         for (int32_t token : prompt) {  // echoed before the prefill, so a long prompt shows at once
             emit(tokenizer.decode(prev, token));

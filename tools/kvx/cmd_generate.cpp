@@ -8,6 +8,7 @@
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"
+#include "speculative_options.h"
 #include "text_file.h"
 #include "token_list.h"
 
@@ -21,6 +22,7 @@ struct GenerateOptions {
     std::string tokens;  // comma-separated ids, instead of a prompt
     int n_new = 256;
     SamplingFlags sampling;
+    SpeculativeFlags speculative;
 };
 
 void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
@@ -28,7 +30,8 @@ void print_stats(const GenerationStats& s, uint64_t seed, int32_t block_size) {
     std::fprintf(stderr, "\nkvx: prompt %d tokens, prefill %.3f ms (%.1f tokens/s)\n", s.prompt_tokens,
                  s.prefill_seconds * 1e3, per_second(s.prompt_tokens, s.prefill_seconds));
     std::fprintf(stderr, "kvx: generated %d tokens, %d decode steps in %.3f ms (%.1f tokens/s)\n", s.generated_tokens,
-                 s.decode_steps, s.decode_seconds * 1e3, per_second(s.decode_steps, s.decode_seconds));
+                 s.decode_steps, s.decode_seconds * 1e3, decode_tokens_per_second(s));
+    print_speculative_stats(s);
     std::fprintf(stderr, "kvx: KV cache %d of %d blocks of %d tokens, %zu of %zu bytes; seed %llu\n", s.kv_blocks_used,
                  s.kv_blocks_total, block_size, s.kv_bytes_used, s.kv_bytes_total,
                  static_cast<unsigned long long>(seed));
@@ -38,6 +41,8 @@ void run_generate(const GenerateOptions& o) {
     std::string prompt = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
     const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
+    GenerationOptions generation;
+    apply_speculative_flags(o.speculative, generation);  // so do these
 
     LoadedModel loaded = load_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
@@ -53,7 +58,6 @@ void run_generate(const GenerateOptions& o) {
             throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
                         std::to_string(config.vocab_size));
 
-    GenerationOptions generation;
     generation.max_new_tokens = o.n_new;
     generation.stop_token_ids = config.eos_token_ids;
     const GenerationStats stats = generate(*loaded.engine, *tokenizer, sampler, tokens, generation, [](std::string_view text) {
@@ -81,6 +85,7 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("-n,--n-new", o->n_new, "New tokens to generate; -1 = until a stop token or the context is full")
         ->capture_default_str();
     add_sampling_options(*cmd, o->sampling);
+    add_speculative_options(*cmd, o->speculative);
     cmd->callback([o] { run_generate(*o); });
 }
 
