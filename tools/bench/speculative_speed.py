@@ -24,10 +24,10 @@ DECODE = re.compile(r"generated (\d+) tokens, (\d+) decode steps in ([0-9.]+) ms
 SPECULATIVE = re.compile(r"drafted (\d+) tokens, accepted (\d+) \(([0-9.]+)%\), (\d+) forward passes, "
                          r"([0-9.]+) tokens per pass")
 
-# A story passage repeated: the model's greedy continuation copies it, as a model asked to quote, summarise or
-# edit a text copies much of it.
-STORY = ("Tom had a red ball. He liked to play with it in the park every day. One day the ball rolled into the "
-         "pond and Tom was sad. His friend Lily came and helped him get it back with a long stick. ")
+# A passage repeated, then its first words again: a model that copies its context (as one asked to quote,
+# summarise or edit a text does) continues with the passage. stories260K's passage is the start of its own
+# greedy story (llama2.c's golden text), which it copies more readily than a foreign one.
+GOLDEN = os.path.join(REPO, "models", "stories260K", "golden_greedy_n256_runc.txt")
 PASSAGE = ("The old lighthouse stood at the edge of the cliff, its white paint peeling in the salt wind. Every "
            "night the keeper climbed the narrow stairs, lit the great lamp and watched the ships pass safely "
            "through the dark water below. ")
@@ -80,7 +80,9 @@ def main():
     args = parser.parse_args()
 
     common = ["-n", str(args.n), "--temp", "0"] + (["-t", str(args.threads)] if args.threads else [])
-    bench_model("stories260K", [args.kvx, "generate", "-p", STORY * 3 + "Tom had"] + common, args.k, args.runs)
+    with open(GOLDEN, encoding="utf-8") as f:
+        story = f.read()[:300]
+    bench_model("stories260K", [args.kvx, "generate", "-p", f"{story} {story} Once upon"] + common, args.k, args.runs)
     if os.path.isfile(os.path.join(args.smollm2, "config.json")):
         prompt = PASSAGE * 3 + "The old lighthouse"
         bench_model("SmolLM2-135M-Instruct", [args.kvx, "generate", "-m", args.smollm2, "-p", prompt] + common,
