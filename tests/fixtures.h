@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ Fixture load_fixture_at(const std::string& dir, const std::string& name);
 std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable& kernels,
                                            const std::vector<int32_t>& tokens, int32_t n_prefill,
                                            int32_t block_size = 16);
+
+// Whether a row of a multi-row pass gets the bits of a single-row decode step (speculative decoding relies
+// on it): on a new sequence of the engine, tokens[0, first) as a prefill, then tokens[first, first + rows)
+// one decode step each, and again, after a rewind to first, in one pass; compares the logits bit for bit.
+bool multi_row_pass_equals_decode_steps(Engine& engine, std::span<const int32_t> tokens, size_t first, size_t rows);
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny), over one row of logits.
 double relative_max_error(const float* a, const float* b, size_t n);

@@ -3,7 +3,6 @@
 // prefill and 64 decode steps, and ONNX Runtime's greedy continuation of a chat prompt, token for token.
 #include <catch2/catch.hpp>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "cpu/cpu_kernels.h"
@@ -98,23 +97,9 @@ TEST_CASE("SmolLM2-135M: a row of a multi-row pass gets a single-row decode step
           "[smollm2][speculative]") {
     const std::vector<int32_t> tokens = read_tokens(fixture_dir() + "/greedy_tokens.npy");
     const Model model = load_model(smollm2_dir());
-    const size_t prefill = 16, rows = 5, vocab = static_cast<size_t>(model.config.vocab_size);
-    REQUIRE(tokens.size() >= prefill + rows);
-    const std::span<const int32_t> all(tokens);
     for (cpu::SimdLevel level : cpu::supported_simd_levels()) {
         Engine engine = small_engine(model, cpu::cpu_kernels(level), 64);
-        const SeqId seq = engine.new_sequence();
-        engine.forward({{seq, all.first(prefill), false}});
-        std::vector<float> single;  // [rows][vocab]
-        for (size_t r = 0; r < rows; ++r) {
-            const std::vector<float>& row = engine.forward({{seq, all.subspan(prefill + r, 1), false}});
-            single.insert(single.end(), row.begin(), row.end());
-        }
-        engine.rewind(seq, static_cast<int32_t>(prefill));
-        const std::vector<float>& multi = engine.forward({{seq, all.subspan(prefill, rows), true}});
         INFO(cpu::simd_level_name(level));
-        REQUIRE(multi.size() == rows * vocab);
-        CHECK(std::memcmp(multi.data(), single.data(), rows * vocab * sizeof(float)) == 0);
-        engine.free_sequence(seq);
+        CHECK(multi_row_pass_equals_decode_steps(engine, tokens, 16, 5));
     }
 }

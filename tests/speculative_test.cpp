@@ -33,6 +33,13 @@ public:
 
 const KernelTable& best_kernels() { return cpu::cpu_kernels(cpu::best_simd_level()); }
 
+// The oracle and every SIMD level this CPU runs.
+std::vector<const KernelTable*> every_kernel_table() {
+    std::vector<const KernelTable*> tables = {&reference_kernels()};
+    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
+    return tables;
+}
+
 SamplerOptions greedy() {
     SamplerOptions s;
     s.temperature = 0.0f;
@@ -145,26 +152,13 @@ std::vector<bool> accepted_drafts(std::span<const int32_t> prompt, const std::ve
 
 TEST_CASE("a row of a multi-row pass gets the logits of a single-row decode step, bit for bit",
           "[speculative][rows]") {
-    std::vector<const KernelTable*> tables = {&reference_kernels()};
-    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
+    const std::vector<const KernelTable*> tables = every_kernel_table();
     for (const Fixture& f : load_fixtures()) {
         const Model model = load_model(f.model_dir);
-        const std::span<const int32_t> tokens(f.tokens);
-        const size_t half = static_cast<size_t>(f.n_prefill), rows = 9;
         for (const KernelTable* kernels : tables) {
             Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, *kernels), EngineOptions{});
-            const SeqId one = engine.new_sequence();
-            engine.forward({{one, tokens.first(half), false}});
-            std::vector<float> single;  // [rows][vocab]
-            for (size_t r = 0; r < rows; ++r) {
-                const std::vector<float>& row = engine.forward({{one, tokens.subspan(half + r, 1), false}});
-                single.insert(single.end(), row.begin(), row.end());
-            }
-            engine.rewind(one, static_cast<int32_t>(half));
-            const std::vector<float> multi = engine.forward({{one, tokens.subspan(half, rows), true}});
             INFO(f.name << " on " << kernels->name);
-            CHECK(same_bits(multi, single));
-            engine.free_sequence(one);
+            CHECK(multi_row_pass_equals_decode_steps(engine, f.tokens, static_cast<size_t>(f.n_prefill), 9));
         }
     }
 }
@@ -203,8 +197,7 @@ TEST_CASE("greedy speculative decoding is plain greedy on every kernel set", "[s
     const Fixture f = load_fixture("stories260K");
     const Model model = load_model(f.model_dir);
     const std::vector<int32_t> prompt = repetitive_prompt(f);
-    std::vector<const KernelTable*> tables = {&reference_kernels()};
-    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
+    const std::vector<const KernelTable*> tables = every_kernel_table();
     for (const KernelTable* kernels : tables) {
         INFO(kernels->name);
         check_same_as_plain(run_generation(model, *kernels, prompt, options_for(100, 0), greedy()),
