@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prompt_lookup.h"
 #include "engine/sampler.h"
 #include "engine/speculative_stats.h"
 #include "engine/tokenizer.h"
@@ -41,7 +42,7 @@ struct GenerationOptions {
     std::function<bool()> interrupted;  // polled before each sampled token (Ctrl-C); may be empty
     int32_t speculative_drafts = 0;     // 0 = plain decoding, else up to this many prompt-lookup drafts per
                                         // pass (1..kMaxSpeculativeDrafts; engine/speculative.h)
-    int32_t lookup_ngram = 3;           // longest n-gram prompt lookup matches (1..kMaxLookupNgram)
+    int32_t lookup_ngram = kDefaultLookupNgram;  // longest n-gram prompt lookup matches (1..kMaxLookupNgram)
 };
 
 // Runs one sequence to completion and frees it. `emit` receives the text of every prompt and generated

@@ -19,7 +19,8 @@ void propose_drafts(std::span<const int32_t> context, int32_t max_ngram, int32_t
             const int64_t from = start + n;
             for (int64_t j = 0; j < max_drafts; ++j) {
                 const int64_t at = from + j;
-                drafts.push_back(at < length ? context[static_cast<size_t>(at)] : drafts[static_cast<size_t>(at - length)]);
+                drafts.push_back(at < length ? context[static_cast<size_t>(at)]
+                                             : drafts[static_cast<size_t>(at - length)]);
             }
             return;
         }

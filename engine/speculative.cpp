@@ -24,7 +24,8 @@ namespace {
 // free; the room left in the context after the last token; and the blocks the pool can still hand out.
 int32_t draft_budget(const Engine& engine, SeqId seq, int32_t max_drafts, int64_t still_to_generate) {
     const int64_t room = int64_t{engine.context()} - engine.length(seq) - 1;
-    int32_t budget = static_cast<int32_t>(std::max<int64_t>(0, std::min({int64_t{max_drafts}, still_to_generate - 1, room})));
+    const int64_t wanted = std::min({int64_t{max_drafts}, still_to_generate - 1, room});
+    int32_t budget = static_cast<int32_t>(std::max<int64_t>(0, wanted));
     const KvCacheManager& cache = engine.cache();
     while (budget > 0 && cache.blocks_needed(seq, budget + 1) > cache.pool().num_available()) --budget;
     return budget;

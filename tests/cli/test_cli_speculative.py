@@ -14,6 +14,9 @@ STATS = re.compile(r"kvx: speculative: drafted (\d+) tokens, accepted (\d+) \(([
 
 class SpeculativeTest(unittest.TestCase):
     def generate(self, *args):
+        # One thread unless a test says otherwise: the suite runs beside other jobs, where a team of spinning
+        # threads only waits for cores.
+        args = args if "-t" in args else (*args, "-t", "1")
         code, out, err = run("generate", *args)
         self.assertEqual(code, 0, err)
         return out, err
@@ -31,7 +34,7 @@ class SpeculativeTest(unittest.TestCase):
         plain, plain_err = self.generate("-p", REPETITIVE, "-n", "120", "--temp", "0")
         self.assertIsNone(STATS.search(plain_err))  # plain decoding prints no speculative line
         for extra in (["--speculative", "6"], ["--speculative", "3", "--lookup-ngram", "1"],
-                      ["--speculative", "6", "--block-size", "1", "-t", "2"]):
+                      ["--speculative", "6", "--block-size", "1"]):
             with self.subTest(extra=extra):
                 out, err = self.generate("-p", REPETITIVE, "-n", "120", "--temp", "0", *extra)
                 self.assertEqual(out, plain)
@@ -57,16 +60,17 @@ class SpeculativeTest(unittest.TestCase):
         self.assertEqual(len(err.strip().splitlines()), 1, f"kvx {' '.join(args)}: not one line:\n{err}")
 
     def test_bad_flags(self):
+        k_range = "--speculative must be from 1 to 32 draft tokens"
+        n_range = "--lookup-ngram must be from 1 to 8"
         for command in ("generate", "chat"):
             with self.subTest(command=command):
-                self.assert_fails([command, "--speculative", "0"], "--speculative must be from 1 to 32 draft tokens, not 0")
-                self.assert_fails([command, "--speculative", "33"], "--speculative must be from 1 to 32 draft tokens, not 33")
-                self.assert_fails([command, "--speculative", "-2"], "--speculative must be from 1 to 32")
+                self.assert_fails([command, "--speculative", "0"], f"{k_range}, not 0")
+                self.assert_fails([command, "--speculative", "33"], f"{k_range}, not 33")
+                self.assert_fails([command, "--speculative", "-2"], k_range)
                 self.assert_fails([command, "--speculative", "many"], "many")
-                self.assert_fails([command, "--speculative", "4", "--lookup-ngram", "0"], "--lookup-ngram must be from 1 to 8, not 0")
-                self.assert_fails([command, "--speculative", "4", "--lookup-ngram", "9"], "--lookup-ngram must be from 1 to 8, not 9")
+                self.assert_fails([command, "--speculative", "4", "--lookup-ngram", "0"], f"{n_range}, not 0")
+                self.assert_fails([command, "--speculative", "4", "--lookup-ngram", "9"], f"{n_range}, not 9")
                 self.assert_fails([command, "--lookup-ngram", "2"], "--lookup-ngram needs --speculative K")
-
 
 if __name__ == "__main__":
     unittest.main()

@@ -12,7 +12,8 @@ namespace kvx::cli {
 void add_speculative_options(CLI::App& cmd, SpeculativeFlags& f) {
     f.drafts_option = cmd.add_option("--speculative", f.drafts,
                                      "Speculative decoding: verify up to K prompt-lookup draft tokens per forward "
-                                     "pass (1.." + std::to_string(kMaxSpeculativeDrafts) + "); greedy output is unchanged");
+                                     "pass (1.." + std::to_string(kMaxSpeculativeDrafts) +
+                                         "); the output is the same as without it");
     f.ngram_option = cmd.add_option("--lookup-ngram", f.lookup_ngram,
                                     "Longest n-gram prompt lookup matches, tried down to 1 (1.." +
                                         std::to_string(kMaxLookupNgram) + ", default " +
@@ -23,7 +24,8 @@ void apply_speculative_flags(const SpeculativeFlags& f, GenerationOptions& gener
     const bool given = f.drafts_option && f.drafts_option->count() > 0;
     const bool ngram_given = f.ngram_option && f.ngram_option->count() > 0;
     if (given && f.drafts == 0)  // 0 would silently mean plain decoding
-        throw Error("--speculative must be from 1 to " + std::to_string(kMaxSpeculativeDrafts) + " draft tokens, not 0");
+        throw Error("--speculative must be from 1 to " + std::to_string(kMaxSpeculativeDrafts) +
+                    " draft tokens, not 0");
     if (ngram_given && !given) throw Error("--lookup-ngram needs --speculative K");
     generation.speculative_drafts = f.drafts;
     generation.lookup_ngram = ngram_given ? f.lookup_ngram : kDefaultLookupNgram;
