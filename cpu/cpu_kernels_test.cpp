@@ -210,6 +210,31 @@ TEMPLATE_TEST_CASE("matmul matches the reference at model shapes and across k bl
     });
 }
 
+// Speculative decoding verifies draft tokens in one multi-row pass and needs each row's logits to be the
+// bits a single-row decode step gives: the GEMM (n > 1) must compute a row exactly as the GEMV (n == 1)
+// does, for k within one depth block, on a block boundary and across several, ragged or not.
+TEMPLATE_TEST_CASE("matmul gives a row the same bits whatever the number of rows", "[matmul][rows]", float,
+                   uint16_t) {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 700;
+        for (int k : {1, 7, 64, 172, 511, 512, 513, 576, 1100, 1536})
+            for (int m : {1, 7, 17, 172, 257}) {
+                const int n = 9;
+                const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);           // [n][k]
+                const std::vector<TestType> w = random_weights<TestType>(static_cast<size_t>(m) * k, ++seed);  // [m][k]
+                for (int rows : {2, 3, 4, 5, 9}) {
+                    const std::vector<float> all = run_matmul(kernels, x, w, rows, k, m);  // [rows][m]
+                    for (int r = 0; r < rows; ++r) {
+                        const std::vector<float> row(x.begin() + int64_t{r} * k, x.begin() + int64_t{r + 1} * k);
+                        const std::vector<float> alone = run_matmul(kernels, row, w, 1, k, m);  // [1][m]
+                        INFO("k=" << k << " m=" << m << " rows=" << rows << " row " << r);
+                        CHECK(std::equal(alone.begin(), alone.end(), all.begin() + int64_t{r} * m));
+                    }
+                }
+            }
+    });
+}
+
 // Each of the 65536 fp16 bit patterns (normals, subnormals, signed zeros, infinities, NaNs) sits alone in a
 // row of zeros, at a position that varies from row to row (whole vectors and the partial tail), against a
 // one-hot x: every output is that one weight times 1, so it must equal kernels/f16.h's conversion exactly.

@@ -4,12 +4,18 @@
 #include <chrono>
 
 #include "engine/error.h"
+#include "engine/speculative.h"
 
 namespace kvx {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void record_cache(const Engine& engine, GenerationStats& stats) {
+    stats.kv_usage = engine.cache_usage();
+    stats.kv_groups = engine.cache_usage_by_group();
 }
 
 // How many tokens appending n_new tokens to seq may then generate; throws kvx::Error when the new tokens,
@@ -40,6 +46,7 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
                                   std::span<const int32_t> new_tokens, const GenerationOptions& options,
                                   const std::function<void(std::string_view)>& emit, std::vector<int32_t>* generated) {
     const int64_t max_new = checked_max_new(engine, seq, new_tokens.size(), options.max_new_tokens);
+    check_speculative_options(options);
 
     GenerationStats stats;
     stats.prompt_tokens = static_cast<int32_t>(new_tokens.size());
@@ -49,8 +56,18 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
     stats.prefill_seconds = seconds_since(start);
 
     start = std::chrono::steady_clock::now();
-    const auto& stops = options.stop_token_ids;
     int32_t prev = new_tokens.back();
+    if (options.speculative_drafts > 0) {
+        decode_speculative(engine, seq, sampler, logits->data(), new_tokens, max_new, options, [&](int32_t next) {
+            emit(tokenizer.decode(prev, next));
+            if (generated) generated->push_back(next);
+            prev = next;
+        }, stats);
+        stats.decode_seconds = seconds_since(start);
+        record_cache(engine, stats);
+        return stats;
+    }
+    const auto& stops = options.stop_token_ids;
     int32_t next_token[1] = {0};
     const std::vector<SequenceInput> decode_step = {{seq, next_token, false}};  // reused: no allocation per token
     for (int64_t i = 0; i < max_new; ++i) {
@@ -76,8 +93,7 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
         ++stats.decode_steps;
     }
     stats.decode_seconds = seconds_since(start);
-    stats.kv_usage = engine.cache_usage();
-    stats.kv_groups = engine.cache_usage_by_group();
+    record_cache(engine, stats);
     return stats;
 }
 
@@ -88,6 +104,7 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sa
     const SeqId seq = engine.new_sequence();
     try {
         checked_max_new(engine, seq, prompt.size(), options.max_new_tokens);  // an error prints nothing
+        check_speculative_options(options);
         int32_t prev = -1;
         for (int32_t token : prompt) {  // echoed before the prefill, so a long prompt shows at once
             emit(tokenizer.decode(prev, token));

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prompt_lookup.h"
 #include "engine/sampler.h"
+#include "engine/speculative_stats.h"
 #include "engine/tokenizer.h"
 
 namespace kvx {
@@ -20,7 +22,7 @@ struct GenerationStats {
     int32_t cached_tokens = 0;    // tokens already in the sequence's cache before the call, not recomputed
     double prefill_seconds = 0;   // the prompt's forward pass
     int32_t generated_tokens = 0; // sampled tokens, stop token excluded
-    int32_t decode_steps = 0;     // single-token forward passes after the prefill
+    int32_t decode_steps = 0;     // forward passes after the prefill (single-token unless speculative)
     double decode_seconds = 0;
     bool stopped_by_token = false;  // ended at a stop token (else: the token limit, the context, or interrupted)
     bool interrupted = false;       // ended by GenerationOptions::interrupted
@@ -28,6 +30,7 @@ struct GenerationStats {
                                     // it was appended (its forward pass was not needed), else -1
     KvCacheUsage kv_usage;          // the pool when the call ended, before generate() frees the sequence
     std::vector<KvCacheUsage> kv_groups;  // per layer group (Engine::cache_groups()); kv_usage is group 0's
+    SpeculativeStats speculative;  // all zero unless GenerationOptions::speculative_drafts > 0
 };
 
 struct GenerationOptions {
@@ -35,6 +38,9 @@ struct GenerationOptions {
     std::vector<int> stop_token_ids;  // generation ends, silently, at any of them; the stop token is not
                                       // appended to the sequence
     std::function<bool()> interrupted;  // polled before each sampled token (Ctrl-C); may be empty
+    int32_t speculative_drafts = 0;     // 0 = plain decoding, else up to this many prompt-lookup drafts per
+                                        // pass (1..kMaxSpeculativeDrafts; engine/speculative.h)
+    int32_t lookup_ngram = kDefaultLookupNgram;  // longest n-gram prompt lookup matches (1..kMaxLookupNgram)
 };
 
 // Runs one sequence to completion and frees it. `emit` receives the text of every prompt and generated

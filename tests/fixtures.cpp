@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -100,6 +101,23 @@ double worst_row_error(const std::vector<float>& logits, const std::vector<float
     for (size_t row = from; row < to; ++row)
         worst = std::max(worst, relative_max_error(&logits[row * vocab], &ref[row * vocab], vocab));
     return worst;
+}
+
+bool multi_row_pass_equals_decode_steps(Engine& engine, std::span<const int32_t> tokens, size_t first, size_t rows) {
+    REQUIRE(tokens.size() >= first + rows);
+    const SeqId seq = engine.new_sequence();
+    engine.forward({{seq, tokens.first(first), false}});
+    std::vector<float> single;  // [rows][vocab]
+    for (size_t r = 0; r < rows; ++r) {
+        const std::vector<float>& row = engine.forward({{seq, tokens.subspan(first + r, 1), false}});
+        single.insert(single.end(), row.begin(), row.end());
+    }
+    engine.rewind(seq, static_cast<int32_t>(first));
+    const std::vector<float>& multi = engine.forward({{seq, tokens.subspan(first, rows), true}});  // [rows][vocab]
+    const bool same = multi.size() == single.size() &&
+                      std::memcmp(multi.data(), single.data(), single.size() * sizeof(float)) == 0;
+    engine.free_sequence(seq);
+    return same;
 }
 
 double relative_max_error(const float* a, const float* b, size_t n) {

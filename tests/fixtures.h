@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ std::vector<float> run_chunks(Engine& engine, const std::vector<int32_t>& tokens
 // The worst relative_max_error over the rows [from, to) of two [rows][vocab] logits arrays.
 double worst_row_error(const std::vector<float>& logits, const std::vector<float>& ref, size_t vocab, size_t from,
                        size_t to);
+
+// Whether a row of a multi-row pass gets the bits of a single-row decode step (speculative decoding relies
+// on it): on a new sequence of the engine, tokens[0, first) as a prefill, then tokens[first, first + rows)
+// one decode step each, and again, after a rewind to first, in one pass; compares the logits bit for bit.
+bool multi_row_pass_equals_decode_steps(Engine& engine, std::span<const int32_t> tokens, size_t first, size_t rows);
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny), over one row of logits.
 double relative_max_error(const float* a, const float* b, size_t n);

@@ -88,3 +88,16 @@ TEST_CASE("SmolLM2-135M greedy decoding gives ONNX Runtime's 128 tokens", "[smol
                       << prompt.size() << ")");
     CHECK(tokens == expected);
 }
+
+// Speculative decoding verifies drafts in one multi-row pass and relies on each row getting the bits a
+// single-row decode step gets. SmolLM2's matrices are 576 and 1536 wide, past matmul's 512-wide depth
+// blocks, where the decode GEMV and the prefill GEMM once summed differently (the random fixtures are
+// narrower).
+TEST_CASE("SmolLM2-135M: a row of a multi-row pass gets a single-row decode step's logits, bit for bit",
+          "[smollm2][speculative]") {
+    const std::vector<int32_t> tokens = read_tokens(fixture_dir() + "/greedy_tokens.npy");
+    const Model model = load_model(smollm2_dir());
+    // The best level only, as the tests above: cpu_kernels_test's [rows] checks matmul on every level.
+    Engine engine = small_engine(model, cpu::cpu_kernels(cpu::best_simd_level()), 64);
+    CHECK(multi_row_pass_equals_decode_steps(engine, tokens, 16, 5));
+}

@@ -26,6 +26,8 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["generate", "-n", "-5"], "-n must be")
         self.assert_fails(["generate", "--simd", "bogus"], "unknown --simd 'bogus'")
         self.assert_fails(["generate", "--kv-dtype", "q8"], "unknown --kv-dtype 'q8'")
+        self.assert_fails(["generate", "--beams", "4", "--speculative", "4", "--temp", "0"],
+                          "--speculative cannot be combined with --beams")
         self.assert_fails(["generate", "-p", "x", "-f", "y"], "excludes")
         self.assert_fails(["generate", "-p", "x", "--tokens", "1"], "excludes")
         self.assert_fails(["generate", "--tokens", "1,x"], "'x' is not a token id")

@@ -20,6 +20,7 @@
 #include "engine/error.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"
+#include "speculative_options.h"
 
 namespace kvx::cli {
 namespace {
@@ -27,6 +28,7 @@ namespace {
 struct ChatOptions {
     RunOptions run;
     SamplingFlags sampling;
+    SpeculativeFlags speculative;
     int n_new = -1;
     std::string system;
     bool system_given = false;
@@ -51,7 +53,7 @@ struct SessionTotals {
     int32_t generated = 0;
     double prefill_seconds = 0;
     double decode_seconds = 0;
-    int32_t decode_steps = 0;
+    int32_t decode_tokens = 0;  // sampled from the decode passes' logits
 };
 
 double per_second(double count, double seconds) { return seconds > 0 ? count / seconds : 0.0; }
@@ -62,15 +64,16 @@ void print_turn_stats(int turn, const GenerationStats& s) {
                  turn, s.prompt_tokens, s.prefill_seconds * 1e3, per_second(s.prompt_tokens, s.prefill_seconds),
                  s.cached_tokens);
     std::fprintf(stderr, "kvx: turn %d: answered %d tokens, %d decode steps in %.3f ms (%.1f tokens/s)%s\n", turn,
-                 s.generated_tokens, s.decode_steps, s.decode_seconds * 1e3, per_second(s.decode_steps, s.decode_seconds),
+                 s.generated_tokens, s.decode_steps, s.decode_seconds * 1e3, decode_tokens_per_second(s),
                  s.interrupted ? ", interrupted" : "");
+    print_speculative_stats(s);
 }
 
 void print_session_stats(const ChatSession& chat, const Engine& engine, const SessionTotals& t, uint64_t seed) {
     std::fprintf(stderr, "kvx: chat: %d turns, conversation %d tokens of a %d-token context; prefilled %d tokens "
                          "in %.3f ms, generated %d tokens in %.3f ms (%.1f tokens/s)\n",
                  chat.turns(), chat.conversation_tokens(), engine.context(), t.prefilled, t.prefill_seconds * 1e3,
-                 t.generated, t.decode_seconds * 1e3, per_second(t.decode_steps, t.decode_seconds));
+                 t.generated, t.decode_seconds * 1e3, per_second(t.decode_tokens, t.decode_seconds));
     print_cache_usage(engine.cache_usage());
     std::fprintf(stderr, "kvx: seed %llu\n", static_cast<unsigned long long>(seed));
 }
@@ -85,6 +88,8 @@ void run_chat(const ChatOptions& o) {
     const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
     if (o.n_new < -1) throw Error("-n must be -1 (until the end of the answer) or >= 0");
+    GenerationOptions speculative;
+    apply_speculative_flags(o.speculative, speculative);
 
     LoadedModel loaded = load_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
@@ -108,6 +113,8 @@ void run_chat(const ChatOptions& o) {
 
         GenerationOptions generation;
         generation.max_new_tokens = o.n_new;
+        generation.speculative_drafts = speculative.speculative_drafts;
+        generation.lookup_ngram = speculative.lookup_ngram;
         generation.stop_token_ids = config.eos_token_ids;
         generation.interrupted = [interrupts_before] { return g_interrupts.load() != interrupts_before; };
         const int turn = chat.turns() + 1;
@@ -123,7 +130,7 @@ void run_chat(const ChatOptions& o) {
         totals.generated += s.generated_tokens;
         totals.prefill_seconds += s.prefill_seconds;
         totals.decode_seconds += s.decode_seconds;
-        totals.decode_steps += s.decode_steps;
+        totals.decode_tokens += decode_tokens(s);
         if (g_interrupts.load() - interrupts_before >= 2) break;  // a second Ctrl-C during the answer
     }
     if (interactive) std::fputc('\n', stdout);
@@ -137,6 +144,7 @@ void add_chat_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("chat", "Chat with an instruct model; one input line per message");
     add_run_options(*cmd, o->run);
     add_sampling_options(*cmd, o->sampling);
+    add_speculative_options(*cmd, o->speculative);
     cmd->add_option("-n,--n-new", o->n_new, "Most tokens per answer; -1 = until the end of the answer or the context")
         ->capture_default_str();
     cmd->add_option("--system", o->system, "System message (default: the chat template's own, if any; \"\" = none)")

@@ -10,6 +10,7 @@
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"
+#include "speculative_options.h"
 #include "text_file.h"
 #include "token_list.h"
 
@@ -25,6 +26,7 @@ struct GenerateOptions {
     bool verbose = false;
     SamplingFlags sampling;
     BeamFlags beam;
+    SpeculativeFlags speculative;
 };
 
 // A model with sliding-window layers: what each layer group's pool holds at the end of the generation (the
@@ -48,7 +50,8 @@ void print_stats(const GenerationStats& s, uint64_t seed) {
     std::fprintf(stderr, "\nkvx: prompt %d tokens, prefill %.3f ms (%.1f tokens/s)\n", s.prompt_tokens,
                  s.prefill_seconds * 1e3, per_second(s.prompt_tokens, s.prefill_seconds));
     std::fprintf(stderr, "kvx: generated %d tokens, %d decode steps in %.3f ms (%.1f tokens/s)\n", s.generated_tokens,
-                 s.decode_steps, s.decode_seconds * 1e3, per_second(s.decode_steps, s.decode_seconds));
+                 s.decode_steps, s.decode_seconds * 1e3, decode_tokens_per_second(s));
+    print_speculative_stats(s);
     print_cache_usage(s.kv_usage);
     std::fprintf(stderr, "kvx: seed %llu\n", static_cast<unsigned long long>(seed));
 }
@@ -58,6 +61,11 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     const bool beams = beam_search_requested(cmd, o.beam, o.sampling);
     const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
+    GenerationOptions generation;
+    apply_speculative_flags(o.speculative, generation);  // so do these
+    if (beams && generation.speculative_drafts > 0)
+        throw Error("--speculative cannot be combined with --beams: beam search scores every beam's next token, "
+                    "there is no single continuation to draft");
 
     // The engine starts once the prompt is known: beam search sizes its pool by it.
     LoadedModel loaded = load_model_for_run(o.run);
@@ -78,7 +86,6 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     start_engine(loaded, o.run);
     if (o.verbose) log_cache_events(*loaded.engine);
 
-    GenerationOptions generation;
     generation.max_new_tokens = o.n_new;
     generation.stop_token_ids = config.eos_token_ids;
     const GenerationStats stats = generate(*loaded.engine, *tokenizer, sampler, tokens, generation, [](std::string_view text) {
@@ -108,6 +115,7 @@ void add_generate_command(CLI::App& app) {
         ->capture_default_str();
     add_sampling_options(*cmd, o->sampling);
     cmd->add_flag("--verbose", o->verbose, "Print every KV cache operation as it happens (stderr)");
+    add_speculative_options(*cmd, o->speculative);
     add_beam_options(*cmd, o->beam);
     cmd->callback([o, cmd] { run_generate(*o, *cmd); });
 }
