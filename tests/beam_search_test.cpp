@@ -56,13 +56,6 @@ std::vector<BeamCase> load_beam_cases() {
     return cases;
 }
 
-// The oracle and every SIMD level this CPU runs, as the other model tests.
-std::vector<const KernelTable*> kernel_tables() {
-    std::vector<const KernelTable*> tables = {&reference_kernels()};
-    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
-    return tables;
-}
-
 Engine make_engine(const Model& model, const KernelTable& kernels, int32_t block_size, int32_t num_blocks = 0) {
     EngineOptions o;
     o.block_size = block_size;
@@ -105,7 +98,7 @@ TEST_CASE("beam search gives ONNX Runtime's hypotheses, and every block back", "
     one_thread_unless_asked();
     const std::vector<BeamCase> cases = load_beam_cases();
     std::map<std::string, Model> models;
-    const auto tables = kernel_tables();
+    const auto tables = every_kernel_table();
     const int32_t block_sizes[] = {4, 1, 16};
     for (size_t i = 0; i < cases.size(); ++i) {
         const BeamCase& c = cases[i];

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cpu/cpu_kernels.h"
 #include "engine/npy.h"
 #include "engine/position_logits.h"
 #include "models/decoder_host.h"
@@ -118,6 +119,12 @@ bool multi_row_pass_equals_decode_steps(Engine& engine, std::span<const int32_t>
                       std::memcmp(multi.data(), single.data(), single.size() * sizeof(float)) == 0;
     engine.free_sequence(seq);
     return same;
+}
+
+std::vector<const KernelTable*> every_kernel_table() {
+    std::vector<const KernelTable*> tables = {&reference_kernels()};
+    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
+    return tables;
 }
 
 double relative_max_error(const float* a, const float* b, size_t n) {

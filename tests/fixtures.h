@@ -60,6 +60,9 @@ double worst_row_error(const std::vector<float>& logits, const std::vector<float
 // one decode step each, and again, after a rewind to first, in one pass; compares the logits bit for bit.
 bool multi_row_pass_equals_decode_steps(Engine& engine, std::span<const int32_t> tokens, size_t first, size_t rows);
 
+// The kernel tables worth checking end to end: the reference oracle and every SIMD level this CPU runs.
+std::vector<const KernelTable*> every_kernel_table();
+
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny), over one row of logits.
 double relative_max_error(const float* a, const float* b, size_t n);
 

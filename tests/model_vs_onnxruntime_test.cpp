@@ -10,22 +10,11 @@
 using namespace kvx;
 using namespace kvx::test;
 
-namespace {
-
-// The kernel tables worth checking end to end: the oracle and every SIMD level this CPU runs.
-std::vector<const KernelTable*> kernel_tables() {
-    std::vector<const KernelTable*> tables = {&reference_kernels()};
-    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
-    return tables;
-}
-
-}  // namespace
-
 TEST_CASE("logits match ONNX Runtime at every position, prefill then decode", "[model][ort]") {
     for (const Fixture& f : load_fixtures()) {
         const Model model = load_model(f.model_dir);
         REQUIRE(model.config.vocab_size == f.vocab);
-        for (const KernelTable* kernels : kernel_tables()) {
+        for (const KernelTable* kernels : every_kernel_table()) {
             const std::vector<float> logits = run_prefill_then_decode(model, *kernels, f.tokens, f.n_prefill);
             double worst = 0;
             for (size_t pos = 0; pos < f.tokens.size(); ++pos) {
@@ -116,7 +105,7 @@ TEST_CASE("an fp16 KV cache gives ONNX Runtime's logits within 2e-3", "[model][o
                                             "rand_hd24_gqa4_l3_v301_untied", "rand_gpt2_hd24_l3_v263_ctx65",
                                             "ortgenai_gpt2_l5_v1000", "ortgenai_llama_fp16", "rand_window7_l3_hd12_v211"));
     const Model model = load_model(f.model_dir);
-    for (const KernelTable* kernels : kernel_tables()) {
+    for (const KernelTable* kernels : every_kernel_table()) {
         const auto logits = run_prefill_then_decode(model, *kernels, f.tokens, f.n_prefill, 16, KvDtype::f16);
         double worst = 0;
         for (size_t pos = 0; pos < f.tokens.size(); ++pos) {

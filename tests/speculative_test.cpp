@@ -33,13 +33,6 @@ public:
 
 const KernelTable& best_kernels() { return cpu::cpu_kernels(cpu::best_simd_level()); }
 
-// The oracle and every SIMD level this CPU runs.
-std::vector<const KernelTable*> every_kernel_table() {
-    std::vector<const KernelTable*> tables = {&reference_kernels()};
-    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
-    return tables;
-}
-
 SamplerOptions greedy() {
     SamplerOptions s;
     s.temperature = 0.0f;

@@ -24,12 +24,6 @@ namespace {
 
 const char* const kWindowFixture = "rand_window7_l3_hd12_v211";
 
-std::vector<const KernelTable*> kernel_tables() {
-    std::vector<const KernelTable*> tables = {&reference_kernels()};
-    for (cpu::SimdLevel level : cpu::supported_simd_levels()) tables.push_back(&cpu::cpu_kernels(level));
-    return tables;
-}
-
 Engine make_engine(const Model& model, const KernelTable& kernels, int32_t block_size, int32_t max_chunk = 0) {
     EngineOptions options;
     options.block_size = block_size;
@@ -100,7 +94,7 @@ TEST_CASE("every kernel table attends within the window", "[window][ort]") {
     const Fixture f = load_fixture(kWindowFixture);
     const Model model = load_model(f.model_dir);
     const std::vector<ChunkSchedule> schedules = all_schedules(f);
-    for (const KernelTable* kernels : kernel_tables())
+    for (const KernelTable* kernels : every_kernel_table())
         for (const ChunkSchedule& schedule : schedules) {
             Engine engine = make_engine(model, *kernels, 4);
             const auto logits = run_chunks(engine, f.tokens, schedule.chunks);
