@@ -18,7 +18,7 @@ struct CacheEvent {
     int32_t length_before = 0;  // tokens the sequence held before the operation (fork: the parent's)
     int32_t length_after = 0;   // and after it (free: 0; prefix_hit: the cached tokens it starts with)
     int32_t copies = 0;         // append: copy-on-write block copies this append needed
-    KvCacheUsage usage;         // the pool after the operation, in blocks and bytes
+    KvCacheUsage usage;         // the first layer group's pool after the operation (Engine::cache_usage())
 };
 
 const char* cache_event_name(CacheEvent::Kind kind);
