@@ -15,6 +15,8 @@ if [[ ! -x "$bench" ]]; then
 fi
 out=bench/results/kernels.json
 mkdir -p "$(dirname "$out")"
-# 0.1 s per benchmark: enough iterations for a stable mean even at 32k contexts, and the sweep stays short.
-"$bench" --benchmark_min_time=0.1 --benchmark_out="$out" --benchmark_out_format=json "$@"
+# Five repetitions of at least 0.05 s each, reported as their mean, median, stddev and cv (the summary and
+# the plots use the medians): a shared machine's load comes and goes within a sweep.
+"$bench" --benchmark_min_time=0.05 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out" --benchmark_out_format=json "$@"
 python3 tools/bench/kernel_summary.py "$out"

@@ -35,12 +35,13 @@ def load_runs(path):
 
 
 def split_name(run_name):
-    """'decode_attention/smollm2/threads:1/context:128/real_time' -> ('decode_attention/smollm2', {...})."""
+    """'decode_attention/smollm2/threads:1/context:128/real_time' -> ('decode_attention/smollm2', {...}), the
+    arguments' values as text ('min_time:0.010' is one too)."""
     family, args = [], {}
     for part in run_name.split("/"):
         if ":" in part:
             key, value = part.split(":", 1)
-            args[key] = int(value)
+            args[key] = value
         elif part not in ("real_time", "manual_time"):
             family.append(part)
     return "/".join(family), args
@@ -70,8 +71,8 @@ def attention_table(runs):
         family, args = split_name(run["run_name"])
         if not family.startswith("decode_attention/"):
             continue
-        key = (family, args["threads"], args["context"], args["batch"], args["block"])
-        table[key][LAYOUTS[args["layout"]]] = micros(run)
+        key = tuple([family] + [int(args[name]) for name in ("threads", "context", "batch", "block")])
+        table[key][LAYOUTS[int(args["layout"])]] = micros(run)
     return table
 
 
