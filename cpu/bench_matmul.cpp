@@ -1,0 +1,81 @@
+// Decode GEMV benchmarks (matmul and matmul_f16 with one row of x) at the matrix shapes of SmolLM2-135M
+// and of a 1B-class model, weights from DRAM as in a decode step: each call reads the next of a rotation
+// of copies of the matrix that together far exceed the L3 cache.
+#include <algorithm>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "tools/bench/bench_support.h"
+
+namespace kvx::bench {
+namespace {
+
+// > 8x a 32 MB L3: no call finds its matrix in the cache.
+constexpr size_t kRotationBytes = size_t{256} << 20;
+
+template <class W>
+struct GemvData {
+    std::vector<W> weights;     // [copies][m][k], fp32 or fp16 bits
+    size_t copies = 0;
+    std::vector<float> x;       // [k]
+    std::vector<float> out;     // [m]
+};
+
+template <class W>
+GemvData<W> make_data(int k, int m) {
+    GemvData<W> d;
+    const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
+    d.copies = std::max<size_t>(1, kRotationBytes / (matrix * sizeof(W)));
+    d.weights.resize(d.copies * matrix);
+    if constexpr (std::is_same_v<W, float>) {
+        fill_random(d.weights, 5);
+    } else {
+        fill_random_f16(d.weights, 5);
+    }
+    d.x.resize(static_cast<size_t>(k));
+    fill_random(d.x, 6);
+    d.out.resize(static_cast<size_t>(m));
+    return d;
+}
+
+// Arguments: threads, k (in_features), m (out_features).
+template <class W>
+void gemv(benchmark::State& state) {
+    use_threads(state);
+    const int k = static_cast<int>(state.range(1));
+    const int m = static_cast<int>(state.range(2));
+    GemvData<W>& d = reuse_or_make<GemvData<W>>(std::make_tuple(k, m), [&] { return make_data<W>(k, m); });
+    const KernelTable& kernels = kernels_under_test();
+    const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
+    size_t copy = 0;
+    for (auto _ : state) {
+        const W* w = d.weights.data() + copy * matrix;
+        if constexpr (std::is_same_v<W, float>) {
+            kernels.matmul(d.out.data(), d.x.data(), w, 1, k, m);
+        } else {
+            kernels.matmul_f16(d.out.data(), d.x.data(), w, 1, k, m);
+        }
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+        copy = copy + 1 == d.copies ? 0 : copy + 1;
+    }
+    const double bytes = static_cast<double>(matrix * sizeof(W)) + 4.0 * (k + m);
+    report_per_call(state, bytes, 2.0 * static_cast<double>(matrix));
+}
+
+void model_shapes(benchmark::internal::Benchmark* b) {
+    // {k, m}: SmolLM2-135M (dim 576, kv 192, hidden 1536, vocab 49152), then a 1B-class model (dim 2048,
+    // kv 512, hidden 8192).
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {
+        {576, 576},   {576, 192},   {576, 1536},  {1536, 576},  {576, 49152},
+        {2048, 2048}, {2048, 512},  {2048, 8192}, {8192, 2048},
+    };
+    for (const auto& [k, m] : shapes) sweep(b, {"threads", "k", "m"}, {thread_counts(), {k}, {m}});
+}
+
+BENCHMARK(gemv<float>)->Name("gemv/f32")->Apply(model_shapes);
+BENCHMARK(gemv<uint16_t>)->Name("gemv/f16")->Apply(model_shapes);
+
+}  // namespace
+}  // namespace kvx::bench

@@ -1,0 +1,67 @@
+// What every kvx-bench benchmark shares: the kernel table under test, the thread counts it runs at, the
+// counters it reports against the machine's ceilings, and its input data.
+//
+// Every benchmark takes the OpenMP thread count as its first argument ("threads"), runs on the real-time
+// clock (the kernels' OpenMP workers do not show in the calling thread's CPU time) and reports, per call:
+//   bytes, flops                        what one call moves to and from memory and computes
+//   GB/s, GFLOP/s                       those per second
+//   frac_of_read_bw, frac_of_peak_fma   those rates over the machine's ceilings at the same thread count
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "cpu/cpu_kernels.h"
+#include "tools/bench/machine_ceiling.h"
+
+namespace kvx::bench {
+
+// Set once by kvx-bench's main, before any benchmark runs.
+void set_level_under_test(cpu::SimdLevel level);
+void set_machine_ceiling(MachineCeiling ceiling);
+
+cpu::SimdLevel level_under_test();
+const KernelTable& kernels_under_test();
+
+// 1 and omp_get_max_threads() (the core count unless OMP_NUM_THREADS says otherwise), without repeats.
+std::vector<int64_t> thread_counts();
+
+// The argument lists of a sweep: every combination of `lists` (first entry: the thread counts), named,
+// that `keep` accepts (all when it is empty; it bounds the memory of the largest products). Also puts the
+// benchmark on the real-time clock in microseconds.
+void sweep(benchmark::internal::Benchmark* b, const std::vector<const char*>& names,
+           const std::vector<std::vector<int64_t>>& lists,
+           const std::function<bool(const std::vector<int64_t>&)>& keep = {});
+
+// Sets the OpenMP thread count for the kernels from the "threads" argument (range 0); returns it.
+int use_threads(const benchmark::State& state);
+
+// Counters for one call that moves `bytes` and computes `flops` (either may be 0: its counters are left out).
+void report_per_call(benchmark::State& state, double bytes, double flops);
+
+// Uniform pseudo-random values in [-1, 1), the same for the same seed, filled on every thread (gigabytes of
+// KV cache fill in a second or two rather than a minute).
+void fill_random(std::span<float> out, uint64_t seed);
+void fill_random_f16(std::span<uint16_t> out, uint64_t seed);
+
+// Google Benchmark calls a benchmark function several times with the same arguments (growing iteration
+// counts while it calibrates, then each repetition). The data of the last call is kept and handed back
+// while the key (the sizes) stays the same; a new key frees the old data before making the new, so at
+// most one set per Data type is alive.
+template <class Data, class Key, class Make>
+Data& reuse_or_make(const Key& key, Make make) {
+    static std::optional<std::pair<Key, Data>> kept;
+    if (!kept || kept->first != key) {
+        kept.reset();
+        kept.emplace(key, make());
+    }
+    return kept->second;
+}
+
+}  // namespace kvx::bench

@@ -1,0 +1,15 @@
+// The arithmetic ceiling: the peak rate of fused multiply-adds of one SIMD level, the denominator of a
+// compute-bound kernel's GFLOP/s.
+#pragma once
+
+#include "cpu/cpu_kernels.h"
+
+namespace kvx::bench {
+
+// GFLOP/s (a multiply-add counts 2) of independent FMA chains at `level`'s vector width on `threads`
+// OpenMP threads: the median of `passes` (>= 1) runs. The portable level has no FMA instruction in the
+// baseline x86-64 target, so its chains are a multiply then an add on 4-lane vectors, as the compiler
+// emits for the portable kernels. Throws std::runtime_error if this machine cannot run `level`.
+double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes);
+
+}  // namespace kvx::bench

@@ -1,0 +1,125 @@
+// kvx-bench: every CPU kernel's speed against the machine's ceilings, in Google Benchmark's console and
+// JSON formats (the benchmarks themselves sit beside their kernels: cpu/bench_*.cpp, engine/bench_*.cpp).
+//
+//   kvx-bench [--simd LEVEL] [--ceiling_mib N] [--ceiling_passes N] [Google Benchmark flags]
+//
+//   --simd LEVEL        portable, avx2 or avx512 (default: KVX_SIMD, else the best this machine runs)
+//   --ceiling_mib N     MiB streamed to measure the read bandwidth (default 1024: far beyond the L3)
+//   --ceiling_passes N  passes per ceiling figure, the median kept (default 5)
+//
+// The ceilings are measured once at start-up, before any benchmark, and written into the JSON context
+// (kvx_read_GBps_threads_T, kvx_peak_fma_GFLOPs_LEVEL_threads_T).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cpu/cpu_kernels.h"
+#include "tools/bench/bench_support.h"
+#include "tools/bench/machine_ceiling.h"
+
+namespace {
+
+using kvx::cpu::SimdLevel;
+
+struct Options {
+    std::string simd;  // empty: KVX_SIMD or the best level
+    kvx::bench::CeilingOptions ceiling;
+};
+
+[[noreturn]] void fail(const std::string& message) {
+    std::fprintf(stderr, "kvx-bench: %s\n", message.c_str());
+    std::exit(2);
+}
+
+long positive_number(const std::string& flag, const std::string& text) {
+    char* end = nullptr;
+    const long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value <= 0) fail(flag + " needs a positive whole number, not '" + text + "'");
+    return value;
+}
+
+// Takes kvx-bench's own flags (--flag VALUE or --flag=VALUE) out of argv, leaving Google Benchmark's.
+Options take_own_flags(int& argc, char** argv) {
+    Options options;
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        std::string value;
+        auto is_flag = [&](std::string_view flag) {
+            if (arg == flag) {
+                if (i + 1 >= argc) fail(std::string(flag) + " needs a value");
+                value = argv[++i];
+                return true;
+            }
+            if (arg.size() > flag.size() && arg.substr(0, flag.size()) == flag && arg[flag.size()] == '=') {
+                value = std::string(arg.substr(flag.size() + 1));
+                return true;
+            }
+            return false;
+        };
+        if (is_flag("--simd")) {
+            options.simd = value;
+        } else if (is_flag("--ceiling_mib")) {
+            options.ceiling.read_bytes = static_cast<size_t>(positive_number("--ceiling_mib", value)) << 20;
+        } else if (is_flag("--ceiling_passes")) {
+            options.ceiling.passes = static_cast<int>(positive_number("--ceiling_passes", value));
+        } else {
+            argv[kept++] = argv[i];
+        }
+    }
+    argc = kept;
+    return options;
+}
+
+std::string supported_names() {
+    std::string names;
+    for (SimdLevel level : kvx::cpu::supported_simd_levels())
+        names += (names.empty() ? "" : ", ") + std::string(kvx::cpu::simd_level_name(level));
+    return names;
+}
+
+// --simd names the level; without it KVX_SIMD decides as it does for kvx itself (the level is the one whose
+// table cpu_kernels_from_env picks).
+SimdLevel chosen_level(const std::string& simd) {
+    try {
+        const kvx::KernelTable* from_env = simd.empty() ? &kvx::cpu::cpu_kernels_from_env() : nullptr;
+        for (SimdLevel level : kvx::cpu::supported_simd_levels())
+            if (simd.empty() ? &kvx::cpu::cpu_kernels(level) == from_env : simd == kvx::cpu::simd_level_name(level))
+                return level;
+    } catch (const std::exception& e) {
+        fail(e.what());
+    }
+    fail("--simd " + simd + " is not a level this machine runs (supported: " + supported_names() + ")");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options options = take_own_flags(argc, argv);
+    const SimdLevel level = chosen_level(options.simd);
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+
+    const int max_threads = omp_get_max_threads();
+    std::fprintf(stderr, "kvx-bench: measuring the machine's ceilings (%zu MiB read, %d passes, 1..%d threads)\n",
+                 options.ceiling.read_bytes >> 20, options.ceiling.passes, max_threads);
+    kvx::bench::MachineCeiling ceiling = kvx::bench::measure_machine_ceiling(options.ceiling, max_threads);
+    for (const auto& [key, value] : ceiling.context_entries()) {
+        benchmark::AddCustomContext(key, value);
+        std::fprintf(stderr, "  %s = %s\n", key.c_str(), value.c_str());
+    }
+    benchmark::AddCustomContext("kvx_simd_level", kvx::cpu::simd_level_name(level));
+    benchmark::AddCustomContext("kvx_ceiling_read_mib", std::to_string(options.ceiling.read_bytes >> 20));
+    kvx::bench::set_level_under_test(level);
+    kvx::bench::set_machine_ceiling(std::move(ceiling));
+
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

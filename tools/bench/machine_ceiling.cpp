@@ -1,0 +1,60 @@
+#include "tools/bench/machine_ceiling.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "tools/bench/fma_peak.h"
+#include "tools/bench/stream_read.h"
+
+namespace kvx::bench {
+namespace {
+
+double at_threads(const std::vector<double>& by_threads, int threads, const char* what) {
+    if (threads < 1 || static_cast<size_t>(threads) > by_threads.size())
+        throw std::out_of_range(std::string(what) + " was not measured at " + std::to_string(threads) + " threads");
+    return by_threads[static_cast<size_t>(threads - 1)];
+}
+
+std::string figure(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", value);
+    return text;
+}
+
+}  // namespace
+
+double MachineCeiling::read_gbps_at(int threads) const { return at_threads(read_gbps, threads, "read bandwidth"); }
+
+double MachineCeiling::fma_gflops_at(cpu::SimdLevel level, int threads) const {
+    const auto found = fma_gflops.find(level);
+    if (found == fma_gflops.end())
+        throw std::out_of_range(std::string("peak FMA was not measured for ") + cpu::simd_level_name(level));
+    return at_threads(found->second, threads, "peak FMA");
+}
+
+std::vector<std::pair<std::string, std::string>> MachineCeiling::context_entries() const {
+    std::vector<std::pair<std::string, std::string>> entries;
+    for (size_t t = 0; t < read_gbps.size(); ++t)
+        entries.emplace_back("kvx_read_GBps_threads_" + std::to_string(t + 1), figure(read_gbps[t]));
+    for (const auto& [level, by_threads] : fma_gflops)
+        for (size_t t = 0; t < by_threads.size(); ++t)
+            entries.emplace_back(std::string("kvx_peak_fma_GFLOPs_") + cpu::simd_level_name(level) + "_threads_" +
+                                     std::to_string(t + 1),
+                                 figure(by_threads[t]));
+    return entries;
+}
+
+MachineCeiling measure_machine_ceiling(const CeilingOptions& options, int max_threads) {
+    MachineCeiling ceiling;
+    {
+        const StreamBuffer buffer(options.read_bytes);
+        for (int threads = 1; threads <= max_threads; ++threads)
+            ceiling.read_gbps.push_back(measure_read_bandwidth(buffer, threads, options.passes).median());
+    }
+    for (cpu::SimdLevel level : cpu::supported_simd_levels())
+        for (int threads = 1; threads <= max_threads; ++threads)
+            ceiling.fma_gflops[level].push_back(measure_peak_fma_gflops(level, threads, options.passes));
+    return ceiling;
+}
+
+}  // namespace kvx::bench

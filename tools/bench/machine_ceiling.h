@@ -1,0 +1,35 @@
+// The machine's ceilings, measured once when kvx-bench starts: memory read bandwidth and peak FMA rate at
+// every thread count from 1 to omp_get_max_threads(). Every benchmark quotes its GB/s and GFLOP/s as a
+// fraction of the ceiling at its own thread count, and the JSON context carries the ceilings themselves.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_kernels.h"
+
+namespace kvx::bench {
+
+struct CeilingOptions {
+    size_t read_bytes = size_t{1} << 30;  // far beyond any L3, so every pass reads DRAM
+    int passes = 5;
+};
+
+struct MachineCeiling {
+    std::vector<double> read_gbps;                           // [threads - 1]: median GB/s of a streaming read
+    std::map<cpu::SimdLevel, std::vector<double>> fma_gflops;  // per supported level, [threads - 1]: GFLOP/s
+
+    // Throws std::out_of_range for a thread count or level that was not measured.
+    double read_gbps_at(int threads) const;
+    double fma_gflops_at(cpu::SimdLevel level, int threads) const;
+    // Every figure as (key, value) strings for benchmark::AddCustomContext, e.g.
+    // ("kvx_read_GBps_threads_2", "25.1"), ("kvx_peak_fma_GFLOPs_avx2_threads_1", "76.3").
+    std::vector<std::pair<std::string, std::string>> context_entries() const;
+};
+
+// Measures every ceiling for 1 .. max_threads threads and every supported SIMD level.
+MachineCeiling measure_machine_ceiling(const CeilingOptions& options, int max_threads);
+
+}  // namespace kvx::bench
