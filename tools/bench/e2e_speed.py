@@ -104,7 +104,9 @@ def make_cases(args, n_new, sweep_prompts):
     return cases, sweep
 
 
-def run_rounds(cases, runs):
+def run_rounds(cases, runs, after_round):
+    """Runs every case once per round; after_round(rounds measured so far) follows each measured round, so
+    that a run stopped early still leaves what it measured."""
     for round_index in range(runs + 1):
         started = time.time()
         for case in cases:
@@ -115,6 +117,8 @@ def run_rounds(cases, runs):
                 case.runs.append(measurement)
         label = "warm-up" if round_index == 0 else f"round {round_index} of {runs}"
         print(f"e2e_speed: {label} done in {time.time() - started:.0f} s", file=sys.stderr, flush=True)
+        if round_index:
+            after_round(round_index)
 
 
 def stats(values):
@@ -222,17 +226,20 @@ def main():
     load_before = os.getloadavg()
     bandwidth = measure_read_bandwidth(args.read_bandwidth)
     cases, sweep = make_cases(args, n_new, sweep_prompts)
-    run_rounds(cases + sweep, runs)
-    bandwidth_after = measure_read_bandwidth(args.read_bandwidth)
-    result = {
-        "machine": machine_info(load_before), "versions": versions(), "runs": runs, "quick": args.quick,
-        "read_bandwidth_gb_s": {"before": bandwidth, "after": bandwidth_after},
-        "cases": [case_record(c, cases, bandwidth) for c in cases],
-        "context_sweep": [case_record(c, sweep, bandwidth) for c in sweep],
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"e2e_speed: wrote {args.output}", file=sys.stderr)
+
+    def write_results(rounds, bandwidth_after=None):
+        result = {
+            "machine": machine_info(load_before), "versions": versions(), "runs": rounds, "quick": args.quick,
+            "read_bandwidth_gb_s": {"before": bandwidth, "after": bandwidth_after},  # after: None until the end
+            "cases": [case_record(c, cases, bandwidth) for c in cases],
+            "context_sweep": [case_record(c, sweep, bandwidth) for c in sweep],
+        }
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"e2e_speed: wrote {args.output} ({rounds} rounds)", file=sys.stderr, flush=True)
+
+    run_rounds(cases + sweep, runs, write_results)
+    write_results(runs, measure_read_bandwidth(args.read_bandwidth))
 
 
 if __name__ == "__main__":
