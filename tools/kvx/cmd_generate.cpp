@@ -1,5 +1,7 @@
 // kvx generate: text in, text out, streamed, with prefill and decode speed on stderr at the end. The prompt
-// may be token ids instead (--tokens); a model without a tokenizer then writes token ids too.
+// may be token ids instead (--tokens); a model without a tokenizer then writes token ids too, and so does any
+// model with --print-ids (benchmarks compare greedy ids with other engines'). --ignore-eos generates exactly
+// -n tokens, so that decode speeds over a fixed number of tokens can be compared.
 #include <cstdio>
 
 #include "backend_choice.h"
@@ -23,6 +25,8 @@ struct GenerateOptions {
     std::string prompt_file;
     std::string tokens;  // comma-separated ids, instead of a prompt
     int n_new = 256;
+    bool print_ids = false;
+    bool ignore_eos = false;
     bool verbose = false;
     SamplingFlags sampling;
     BeamFlags beam;
@@ -66,11 +70,13 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     if (beams && generation.speculative_drafts > 0)
         throw Error("--speculative cannot be combined with --beams: beam search scores every beam's next token, "
                     "there is no single continuation to draft");
+    if (beams && o.ignore_eos)
+        throw Error("--ignore-eos cannot be combined with --beams: a beam is finished by its stop token");
 
     // The engine starts once the prompt is known: beam search sizes its pool by it.
     LoadedModel loaded = load_model_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
-    const bool ids_only = !o.tokens.empty() && config.tokenizer_type.empty();
+    const bool ids_only = !o.tokens.empty() && (config.tokenizer_type.empty() || o.print_ids);
     const auto tokenizer = ids_only ? token_id_text() : load_tokenizer(loaded.model->dir, config);
     std::vector<int32_t> tokens =
         o.tokens.empty() ? tokenizer->encode(prompt, /*add_bos=*/true) : parse_token_list(o.tokens);
@@ -87,7 +93,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     if (o.verbose) log_cache_events(*loaded.engine);
 
     generation.max_new_tokens = o.n_new;
-    generation.stop_token_ids = config.eos_token_ids;
+    if (!o.ignore_eos) generation.stop_token_ids = config.eos_token_ids;
     const GenerationStats stats = generate(*loaded.engine, *tokenizer, sampler, tokens, generation, [](std::string_view text) {
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
@@ -106,11 +112,15 @@ void add_generate_command(CLI::App& app) {
     add_run_options(*cmd, o->run);
     auto* prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default: empty, the model starts from BOS)");
     auto* file = cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from this file")->excludes(prompt);
-    cmd->add_option("--tokens", o->tokens,
+    auto* tokens = cmd->add_option("--tokens", o->tokens,
                     "Prompt as comma-separated token ids, e.g. 1,403,407; a model without a tokenizer then "
                     "prints token ids")
         ->excludes(prompt)
         ->excludes(file);
+    cmd->add_flag("--print-ids", o->print_ids, "Print token ids instead of text, as for a model without a tokenizer")
+        ->needs(tokens);
+    cmd->add_flag("--ignore-eos", o->ignore_eos,
+                  "Do not stop at the model's stop tokens: generate exactly --n-new tokens (for speed measurements)");
     cmd->add_option("-n,--n-new", o->n_new, "New tokens to generate; -1 = until a stop token or the context is full")
         ->capture_default_str();
     add_sampling_options(*cmd, o->sampling);

@@ -1,0 +1,131 @@
+"""The end-to-end benchmark's own arithmetic and files (tools/bench/), on tiny inputs made here:
+write_gguf.py's F32/F16 rewrite of a quantized GGUF, and speed_of_light.py's bytes per decoded token."""
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf.quants import dequantize, quantize
+from safetensors.numpy import save_file
+
+BENCH = Path(os.environ.get("KVX_SOURCE_DIR", Path(__file__).resolve().parents[2])) / "tools" / "bench"
+sys.path.insert(0, str(BENCH))
+import speed_of_light  # noqa: E402
+
+
+def write_q8_gguf(path, matrix, norm):
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("llama.block_count", 1)
+    writer.add_float32("llama.rope.freq_base", 100000.0)
+    writer.add_token_list(["<a>", "b", "c"])
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_tensor("blk.0.attn_q.weight", quantize(matrix, gguf.GGMLQuantizationType.Q8_0),
+                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("blk.0.attn_norm.weight", norm)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+class WriteGgufTest(unittest.TestCase):
+    def test_matrices_take_the_dtype_norms_stay_f32_metadata_is_kept(self):
+        rng = np.random.default_rng(0)
+        matrix = rng.standard_normal((4, 64)).astype(np.float32)  # [rows, cols]; Q8_0 blocks of 32 per row
+        norm = rng.standard_normal(64).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            source = Path(tmp) / "q8.gguf"
+            write_q8_gguf(source, matrix, norm)
+            expected = dequantize(quantize(matrix, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
+            for dtype, ggml_type, numpy_type, file_type in (
+                    ("f16", gguf.GGMLQuantizationType.F16, np.float16, gguf.LlamaFileType.MOSTLY_F16),
+                    ("f32", gguf.GGMLQuantizationType.F32, np.float32, gguf.LlamaFileType.ALL_F32)):
+                with self.subTest(dtype=dtype):
+                    out = Path(tmp) / f"{dtype}.gguf"
+                    subprocess.run([sys.executable, str(BENCH / "write_gguf.py"), str(source), "--dtype", dtype,
+                                    "-o", str(out)], check=True)
+                    reader = gguf.GGUFReader(str(out))
+                    tensors = {t.name: t for t in reader.tensors}
+                    q = tensors["blk.0.attn_q.weight"]
+                    self.assertEqual(q.tensor_type, ggml_type)
+                    np.testing.assert_array_equal(np.asarray(q.data).reshape(4, 64), expected.astype(numpy_type))
+                    self.assertEqual(tensors["blk.0.attn_norm.weight"].tensor_type, gguf.GGMLQuantizationType.F32)
+                    np.testing.assert_array_equal(np.asarray(tensors["blk.0.attn_norm.weight"].data), norm)
+                    fields = reader.fields
+                    self.assertEqual(fields["general.file_type"].contents(), file_type)
+                    self.assertEqual(fields["general.architecture"].contents(), "llama")
+                    self.assertEqual(fields["llama.block_count"].contents(), 1)
+                    self.assertEqual(fields["llama.rope.freq_base"].contents(), 100000.0)
+                    self.assertEqual(fields["tokenizer.ggml.tokens"].contents(), ["<a>", "b", "c"])
+
+    def test_unreadable_source_is_a_one_line_error(self):
+        proc = subprocess.run([sys.executable, str(BENCH / "write_gguf.py"), "/nonexistent.gguf", "--dtype", "f16",
+                               "-o", "/tmp/never.gguf"], capture_output=True, text=True)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertIn("/nonexistent.gguf", proc.stderr)
+
+
+def write_model_dir(directory, tied, dtype=np.float32):
+    """A 2-layer kvx-style model directory: dim 8, hidden 16, 2 heads of 4, 1 KV head, vocab 10."""
+    dim, hidden, kv, vocab = 8, 16, 4, 10
+    tensors = {"tok_embeddings": np.zeros((vocab, dim), dtype), "final_norm": np.zeros(dim, np.float32),
+               "rope_inv_freq": np.zeros(2, np.float32)}
+    for i in range(2):
+        tensors.update({f"layers.{i}.attn_norm": np.zeros(dim, np.float32),
+                        f"layers.{i}.ffn_norm": np.zeros(dim, np.float32),
+                        f"layers.{i}.wq": np.zeros((dim, dim), dtype), f"layers.{i}.wo": np.zeros((dim, dim), dtype),
+                        f"layers.{i}.wk": np.zeros((kv, dim), dtype), f"layers.{i}.wv": np.zeros((kv, dim), dtype),
+                        f"layers.{i}.w_gate": np.zeros((hidden, dim), dtype),
+                        f"layers.{i}.w_up": np.zeros((hidden, dim), dtype),
+                        f"layers.{i}.w_down": np.zeros((dim, hidden), dtype)})
+    if not tied:
+        tensors["classifier"] = np.zeros((vocab, dim), dtype)
+    save_file(tensors, str(Path(directory) / "model.safetensors"))
+    config = {"n_layers": 2, "n_kv_heads": 1, "head_dim": 4, "tied_embeddings": tied,
+              "weights": {"file": "model.safetensors"}}
+    (Path(directory) / "config.json").write_text(json.dumps(config))
+
+
+class SpeedOfLightTest(unittest.TestCase):
+    # per layer: wq, wo 8x8; wk, wv 4x8; gate, up 16x8; down 8x16 = 576 elements; two norms of 8
+    MATRIX_ELEMENTS, NORM_ELEMENTS = 2 * 576, 2 * 16 + 8
+
+    def test_tied_classifier_is_the_embedding_read_whole_plus_one_row(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_model_dir(tmp, tied=True)
+            expected = 4 * (self.MATRIX_ELEMENTS + self.NORM_ELEMENTS + 10 * 8 + 8)
+            self.assertEqual(speed_of_light.weight_bytes_per_token(tmp), expected)
+
+    def test_untied_embedding_reads_one_row_and_f16_halves_the_matrices(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_model_dir(tmp, tied=False, dtype=np.float16)
+            expected = 2 * (self.MATRIX_ELEMENTS + 10 * 8 + 8) + 4 * self.NORM_ELEMENTS
+            self.assertEqual(speed_of_light.weight_bytes_per_token(tmp), expected)
+
+    def test_kv_bytes_at_the_mean_context_of_the_decode(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_model_dir(tmp, tied=True)
+            per_position = 2 * 2 * 1 * 4 * 4  # layers x (K, V) x kv heads x head_dim x fp32
+            self.assertEqual(speed_of_light.kv_bytes_per_position(tmp), per_position)
+            self.assertEqual(speed_of_light.bytes_per_decoded_token(tmp, 100, 50) -
+                             speed_of_light.weight_bytes_per_token(tmp), per_position * 125)
+
+    def test_read_bandwidth_lines_are_parsed(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = Path(tmp) / "kvx_read_bandwidth"
+            fake.write_text("#!/bin/sh\necho 'read bandwidth, 1 thread: median 14.7 GB/s (min 14.1, max 15.0)'\n"
+                            "echo 'read bandwidth, 2 threads: median 25.2 GB/s (min 24.0, max 25.5)'\n")
+            fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+            self.assertEqual(speed_of_light.measure_read_bandwidth(fake), {1: 14.7, 2: 25.2})
+            self.assertAlmostEqual(speed_of_light.ceiling_tokens_per_s(25.2, 538e6), 46.84, places=2)
+
+
+if __name__ == "__main__":
+    unittest.main()

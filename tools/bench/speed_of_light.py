@@ -1,0 +1,71 @@
+"""The decode speed-of-light model: a decode step must read every weight it multiplies and every cached key
+and value it attends to, so tokens/s can be at most read bandwidth / bytes read per token.
+
+Bytes read per decoded token, from a kvx model directory (config.json and the safetensors header):
+  weights: every tensor once (all layer matrices and norms, the final norm, the classifier), except the
+           token embedding, of which one row is read; a tied classifier is the embedding matrix, read whole.
+           (rope_inv_freq is a few bytes of table, left out.)
+  KV:      n_layers * 2 (K and V) * n_kv_heads * head_dim * bytes per element, per token of context; a
+           decode of n tokens after a prompt of p reads on average p + n / 2 positions.
+The read bandwidth is kvx_read_bandwidth's median streaming read of a buffer far larger than the caches.
+"""
+import json
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+SAFETENSORS_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+KV_BYTES = {"f32": 4, "f16": 2}
+NOT_READ_PER_TOKEN = {"rope_inv_freq"}
+BANDWIDTH_LINE = re.compile(r"read bandwidth, (\d+) threads?: median ([0-9.]+) GB/s")
+
+
+def safetensors_header(path):
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    header.pop("__metadata__", None)
+    return header
+
+
+def tensor_bytes(entry):
+    count = 1
+    for dim in entry["shape"]:
+        count *= dim
+    return count * SAFETENSORS_BYTES[entry["dtype"]]
+
+
+def weight_bytes_per_token(model_dir):
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    header = safetensors_header(model_dir / config["weights"]["file"])
+    total = sum(tensor_bytes(e) for name, e in header.items() if name not in NOT_READ_PER_TOKEN)
+    embedding = header["tok_embeddings"]
+    row = tensor_bytes(embedding) // embedding["shape"][0]
+    # tied: the matrix is already counted once, as the classifier; untied: only the looked-up row is read
+    return total + row if config.get("tied_embeddings") else total - tensor_bytes(embedding) + row
+
+
+def kv_bytes_per_position(model_dir, kv_dtype="f32"):
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    return config["n_layers"] * 2 * config["n_kv_heads"] * config["head_dim"] * KV_BYTES[kv_dtype]
+
+
+def bytes_per_decoded_token(model_dir, prompt_tokens, new_tokens, kv_dtype="f32"):
+    mean_context = prompt_tokens + new_tokens / 2
+    return weight_bytes_per_token(model_dir) + kv_bytes_per_position(model_dir, kv_dtype) * mean_context
+
+
+def measure_read_bandwidth(binary, megabytes=1024, passes=11):
+    """{threads: GB/s} from `kvx_read_bandwidth MB PASSES` (it measures 1 and 2 threads, or more)."""
+    out = subprocess.run([str(binary), str(megabytes), str(passes)], capture_output=True, text=True,
+                         check=True).stdout
+    found = {int(t): float(gbs) for t, gbs in BANDWIDTH_LINE.findall(out)}
+    if not found:
+        raise RuntimeError(f"no 'read bandwidth, N thread(s): median X GB/s' line in the output of {binary}")
+    return found
+
+
+def ceiling_tokens_per_s(bandwidth_gb_s, bytes_per_token):
+    return bandwidth_gb_s * 1e9 / bytes_per_token
