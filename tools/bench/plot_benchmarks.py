@@ -75,10 +75,11 @@ def plot_vs_peers(e2e, out):
                 ax.hlines(ceiling, g - 0.45, g + 0.45, colors="k", linestyles="--",
                           label="speed of light" if g == 0 else None)
         ax.set_xticks(range(len(groups)), [f"{p}, {t} thr" for p, t in groups])
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)  # room for the legend above the bars and the ceilings
         ax.set_ylabel("tokens/s (median)")
         ax.set_title(f"SmolLM2-135M {title}")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", ncol=2)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
