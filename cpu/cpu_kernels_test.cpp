@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -29,6 +30,7 @@ using kvx::BlockCopy;
 using kvx::ContiguousAttentionArgs;
 using kvx::KernelTable;
 using kvx::KvDtype;
+using kvx::MatmulPart;
 using kvx::PagedAttentionArgs;
 using kvx::cpu::SimdLevel;
 
@@ -232,6 +234,41 @@ TEMPLATE_TEST_CASE("matmul gives a row the same bits whatever the number of rows
                     }
                 }
             }
+    });
+}
+
+// A decode step's q, k and v projections (and a prefill chunk's) in one matmuls call, fp32 and fp16 parts
+// side by side: each part must get the bits its own matmul gives, on 1 and 2 threads (shares then span
+// parts), and widths that are not multiples of a GEMV tile put part boundaries inside a share's tiles.
+TEST_CASE("matmuls gives each part the bits of its own matmul", "[matmul]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 900;
+        for (int n : {1, 3})
+            for (int k : {64, 576, 1100})
+                for (int threads : {1, 2}) {
+                    const ThreadCount scope(threads);
+                    const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);  // [n][k]
+                    const int m[3] = {576, 13, 192};
+                    const std::vector<float> w0 = random_weights<float>(static_cast<size_t>(m[0]) * k, ++seed);
+                    const std::vector<uint16_t> w1 = random_weights<uint16_t>(static_cast<size_t>(m[1]) * k, ++seed);
+                    const std::vector<float> w2 = random_weights<float>(static_cast<size_t>(m[2]) * k, ++seed);
+                    auto run_matmuls = [&](const KernelTable& table) {
+                        std::array<std::vector<float>, 3> out;  // out[p]: [n][m[p]]
+                        for (int p = 0; p < 3; ++p) out[p] = nan_filled(static_cast<size_t>(n) * m[p]);
+                        const MatmulPart parts[3] = {{out[0].data(), w0.data(), nullptr, m[0]},
+                                                     {out[1].data(), nullptr, w1.data(), m[1]},
+                                                     {out[2].data(), w2.data(), nullptr, m[2]}};
+                        table.matmuls(parts, 3, x.data(), n, k);
+                        return out;
+                    };
+                    const auto out = run_matmuls(kernels);
+                    const auto expected = run_matmuls(reference);
+                    INFO("n=" << n << " k=" << k << " threads=" << threads);
+                    CHECK(out[0] == run_matmul(kernels, x, w0, n, k, m[0]));
+                    CHECK(out[1] == run_matmul(kernels, x, w1, n, k, m[1]));
+                    CHECK(out[2] == run_matmul(kernels, x, w2, n, k, m[2]));
+                    for (int p = 0; p < 3; ++p) CHECK_CLOSE(out[p], expected[p], kTolerance);
+                }
     });
 }
 

@@ -10,8 +10,12 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "cpu/isa_kernel_tables.h"
 

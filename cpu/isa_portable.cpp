@@ -2,10 +2,14 @@
 // project's baseline flags. Runs on any machine, and is the only level off x86.
 #include <omp.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "cpu/isa_kernel_tables.h"
 #include "kernels/f16.h"

@@ -87,6 +87,15 @@ struct ContiguousAttentionArgs {
     float scale = 1.0f;
 };
 
+// One matmul of a group sharing an input (KernelTable::matmuls): out [n][m] = x . w^T with w [m][k] stored
+// as fp32 (w_f32) or as IEEE fp16 bits (w_f16); exactly one of the two is set.
+struct MatmulPart {
+    float* out = nullptr;              // [n][m]
+    const float* w_f32 = nullptr;      // [m][k], or null
+    const uint16_t* w_f16 = nullptr;   // [m][k] fp16 bits, or null
+    int m = 0;
+};
+
 struct KernelTable {
     const char* name;
 
@@ -96,6 +105,11 @@ struct KernelTable {
     // As matmul, with w [m][k] stored as IEEE fp16 bits (kernels/f16.h); products accumulate in fp32.
     // Halves the bytes of weights a bandwidth-bound decode step reads.
     void (*matmul_f16)(float* out, const float* x, const uint16_t* w, int n, int k, int m);
+
+    // Several matmuls of the same x [n][k] (a layer's q, k and v projections; its gate and up): each part
+    // gets the bits matmul / matmul_f16 would give it alone. A backend may run them as one piece of work, so
+    // that a decode step pays one thread wake-up for the group instead of one per small GEMV.
+    void (*matmuls)(const MatmulPart* parts, int n_parts, const float* x, int n, int k);
 
     // out[i][:] = x[i][:] / sqrt(mean(x[i][:]^2) + eps) * weight[:], for i < n rows of width d.
     // out may alias x.

@@ -41,6 +41,17 @@ void reference_matmul_f16(float* out, const float* x, const uint16_t* w, int n, 
     }
 }
 
+void reference_matmuls(const MatmulPart* parts, int n_parts, const float* x, int n, int k) {
+    for (int p = 0; p < n_parts; ++p) {
+        const MatmulPart& part = parts[p];
+        if (part.w_f32) {
+            reference_matmul(part.out, x, part.w_f32, n, k, part.m);
+        } else {
+            reference_matmul_f16(part.out, x, part.w_f16, n, k, part.m);
+        }
+    }
+}
+
 void reference_rmsnorm(float* out, const float* x, const float* weight, int n, int d, float eps) {
     for (int i = 0; i < n; ++i) {
         const float* xi = x + static_cast<int64_t>(i) * d;
@@ -245,6 +256,7 @@ constexpr KernelTable kReferenceKernels{
     .name = "reference",
     .matmul = reference_matmul,
     .matmul_f16 = reference_matmul_f16,
+    .matmuls = reference_matmuls,
     .rmsnorm = reference_rmsnorm,
     .layernorm = reference_layernorm,
     .rope = reference_rope,

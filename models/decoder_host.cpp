@@ -1,5 +1,6 @@
 #include "models/decoder_host.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -14,6 +15,7 @@ DecoderHostBackend::DecoderHostBackend(const Model& model, const KernelTable& ke
     const bool f16 = model.config.weights_dtype == WeightDtype::f16;
     const std::pair<bool, const char*> needs[] = {
         {f16 && !kernels.matmul_f16, "matmul_f16 (fp16 weights)"},
+        {!kernels.matmuls, "matmuls"},
         {gpt2 && !kernels.layernorm, "layernorm"},
         {gpt2 && !kernels.gelu_tanh, "gelu_tanh"},
         {!kernels.add_bias, "add_bias"},
@@ -89,9 +91,7 @@ void DecoderHostBackend::attention_block(int layer, const ForwardBatch& batch) {
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int32_t n = batch.n_rows();
     norm(xn_.data(), x_.data(), w.attn_norm, n);
-    linear(q_.data(), xn_.data(), w.wq, n);
-    linear(k_.data(), xn_.data(), w.wk, n);
-    linear(v_.data(), xn_.data(), w.wv, n);
+    linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, xn_.data(), n);
     if (c.architecture == Architecture::llama) {
         kernels_.rope(q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim);
         kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
@@ -135,11 +135,11 @@ void DecoderHostBackend::mlp_block(int layer, int32_t n) {
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int64_t inner = int64_t{n} * c.hidden_dim;
     norm(xn_.data(), x_.data(), w.ffn_norm, n);
-    linear(up_.data(), xn_.data(), w.w_up, n);
     if (c.architecture == Architecture::llama) {
-        linear(gate_.data(), xn_.data(), w.w_gate, n);
+        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
         kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
     } else {
+        linear(up_.data(), xn_.data(), w.w_up, n);
         kernels_.gelu_tanh(up_.data(), up_.data(), inner);
     }
     linear(proj_.data(), up_.data(), w.w_down, n);
@@ -148,13 +148,29 @@ void DecoderHostBackend::mlp_block(int layer, int32_t n) {
 
 // out [n_rows][weight.rows] = x [n_rows][weight.cols] . weight^T (+ bias), in the weight's stored dtype.
 void DecoderHostBackend::linear(float* out, const float* x, const Linear& layer, int32_t n) {
-    const WeightMatrix& w = layer.weight;
-    const int k = static_cast<int>(w.cols), m = static_cast<int>(w.rows);
-    if (w.dtype == WeightDtype::f32)
-        kernels_.matmul(out, x, w.f32(), n, k, m);
-    else
-        kernels_.matmul_f16(out, x, w.f16(), n, k, m);
-    if (layer.bias) kernels_.add_bias(out, layer.bias, n, m);
+    linears({{out, layer}}, x, n);
+}
+
+// Each output of the group as linear would compute it: one kernel call for the group, so a decode step
+// wakes the threads once for, say, q, k and v instead of once per projection.
+void DecoderHostBackend::linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n) {
+    std::array<MatmulPart, kMaxLinearGroup> parts;
+    if (group.size() > parts.size()) throw Error("internal: a linear group larger than kMaxLinearGroup");
+    int k = 0;
+    size_t count = 0;
+    for (const LinearOutput& o : group) {
+        const WeightMatrix& w = o.layer.weight;
+        if (count > 0 && w.cols != k) throw Error("internal: a linear group's weights differ in input width");
+        k = static_cast<int>(w.cols);
+        MatmulPart& part = parts[count++];
+        part.out = o.out;
+        part.m = static_cast<int>(w.rows);
+        part.w_f32 = w.dtype == WeightDtype::f32 ? w.f32() : nullptr;
+        part.w_f16 = w.dtype == WeightDtype::f32 ? nullptr : w.f16();
+    }
+    kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
+    for (const LinearOutput& o : group)
+        if (o.layer.bias) kernels_.add_bias(o.out, o.layer.bias, n, static_cast<int>(o.layer.weight.rows));
 }
 
 void DecoderHostBackend::norm(float* out, const float* x, const Norm& weights, int32_t n) {

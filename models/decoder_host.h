@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -30,7 +31,13 @@ public:
 private:
     void ensure_scratch(int32_t n_rows);
     void embed(const ForwardBatch& batch);
+    struct LinearOutput {
+        float* out;           // [n_rows][layer.weight.rows]
+        const Linear& layer;
+    };
+    static constexpr size_t kMaxLinearGroup = 3;  // q, k and v
     void linear(float* out, const float* x, const Linear& layer, int32_t n_rows);
+    void linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n_rows);
     void norm(float* out, const float* x, const Norm& weights, int32_t n_rows);
     void attention_block(int layer, const ForwardBatch& batch);
     void mlp_block(int layer, int32_t n_rows);
