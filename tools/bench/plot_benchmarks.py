@@ -7,7 +7,7 @@
                              ceiling at each (e2e.json, context_sweep)
   e2e_vs_peers.png           SmolLM2 decode and 512-token prefill tokens/s of kvx and its peers (e2e.json)
   kernel_bandwidth.png       GB/s of each kernel against its size (kernels.json, Google Benchmark's JSON);
-                             skipped when the file is absent or has no bytes_per_second counters
+                             skipped when the file is absent or has no GB/s counters
 """
 import argparse
 import json
@@ -104,15 +104,17 @@ def kernel_series(kernels):
     """{family: {series label: [(size, GB/s)]}}. A family is the first word of the benchmark names (one
     panel each); within a benchmark, the size is the parameter with the most distinct values (other than
     threads, when there is another), and every combination of the other parameters is a series. Median
-    aggregates are used where the run has repetitions; entries without bytes_per_second are skipped."""
+    aggregates are used where the run has repetitions; entries without a GB/s or bytes_per_second are skipped."""
     entries = kernels.get("benchmarks", [])
     if any(e.get("aggregate_name") == "median" for e in entries):
         entries = [e for e in entries if e.get("aggregate_name") == "median"]
     by_benchmark = defaultdict(list)
     for entry in entries:
-        if "bytes_per_second" in entry:
+        # kvx-bench reports a "GB/s" rate counter; Google Benchmark's own SetBytesProcessed gives bytes_per_second.
+        gbs = entry["GB/s"] if "GB/s" in entry else entry.get("bytes_per_second", 0) / 1e9
+        if gbs > 0:
             name, params = parse_benchmark_name(entry.get("run_name", entry["name"]))
-            by_benchmark[name].append((params, entry["bytes_per_second"] / 1e9))
+            by_benchmark[name].append((params, gbs))
     families = defaultdict(lambda: defaultdict(list))
     for name, points in by_benchmark.items():
         keys = {k for params, _ in points for k in params}
@@ -178,7 +180,7 @@ def main():
                                                        args.out / "kernel_bandwidth.png", bandwidth):
         print(f"plot_benchmarks: kernel figure from {kernels_path}", file=sys.stderr)
     else:
-        print(f"plot_benchmarks: no bytes_per_second in {kernels_path} (absent?), no kernel figure", file=sys.stderr)
+        print(f"plot_benchmarks: no GB/s counters in {kernels_path} (absent?), no kernel figure", file=sys.stderr)
 
 
 if __name__ == "__main__":
