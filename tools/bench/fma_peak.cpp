@@ -31,7 +31,7 @@ using Vec4 = float __attribute__((vector_size(16)));
 
 double portable_chains(float* sink) {
     constexpr int kChains = 12;
-    Vec4 acc[kChains];
+    Vec4 acc[kChains];  // [kChains] independent chains, in registers
     for (int c = 0; c < kChains; ++c) acc[c] = Vec4{} + static_cast<float>(c);
     const Vec4 m = Vec4{} + kMultiplier, a = Vec4{} + kAddend;
     for (int64_t i = 0; i < kIterations; ++i)
@@ -45,7 +45,7 @@ double portable_chains(float* sink) {
 #ifdef KVX_FMA_X86
 __attribute__((target("avx2,fma"))) double avx2_chains(float* sink) {
     constexpr int kChains = 10;
-    __m256 acc[kChains];
+    __m256 acc[kChains];  // [kChains] independent chains, in registers
     for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
     const __m256 m = _mm256_set1_ps(kMultiplier), a = _mm256_set1_ps(kAddend);
     for (int64_t i = 0; i < kIterations; ++i)
@@ -58,7 +58,7 @@ __attribute__((target("avx2,fma"))) double avx2_chains(float* sink) {
 
 __attribute__((target("avx512f"))) double avx512_chains(float* sink) {
     constexpr int kChains = 24;
-    __m512 acc[kChains];
+    __m512 acc[kChains];  // [kChains] independent chains, in registers
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
     const __m512 m = _mm512_set1_ps(kMultiplier), a = _mm512_set1_ps(kAddend);
     for (int64_t i = 0; i < kIterations; ++i)
