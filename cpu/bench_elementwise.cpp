@@ -32,8 +32,9 @@ RowsShape rows_shape(const benchmark::State& state) {
 void rmsnorm(benchmark::State& state) {
     use_threads(state);
     const RowsShape s = rows_shape(state);
-    const std::vector<float> x = random_floats(s.elements(), 11), weight = random_floats(s.width, 12);
-    std::vector<float> out(x.size());  // [rows][width]
+    const std::vector<float> x = random_floats(s.elements(), 11);  // [rows][width]
+    const std::vector<float> weight = random_floats(s.width, 12);  // [width]
+    std::vector<float> out(x.size());                              // [rows][width]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
         kernels.rmsnorm(out.data(), x.data(), weight.data(), s.rows, s.width, 1e-5f);
@@ -46,9 +47,10 @@ void rmsnorm(benchmark::State& state) {
 void layernorm(benchmark::State& state) {
     use_threads(state);
     const RowsShape s = rows_shape(state);
-    const std::vector<float> x = random_floats(s.elements(), 13), weight = random_floats(s.width, 14),
-                             bias = random_floats(s.width, 15);
-    std::vector<float> out(x.size());  // [rows][width]
+    const std::vector<float> x = random_floats(s.elements(), 13);  // [rows][width]
+    const std::vector<float> weight = random_floats(s.width, 14);  // [width]
+    const std::vector<float> bias = random_floats(s.width, 15);    // [width]
+    std::vector<float> out(x.size());                              // [rows][width]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
         kernels.layernorm(out.data(), x.data(), weight.data(), bias.data(), s.rows, s.width, 1e-5f);
@@ -80,7 +82,7 @@ void rope(benchmark::State& state) {
 void swiglu(benchmark::State& state) {
     use_threads(state);
     const int64_t n = rows_shape(state).elements();
-    const std::vector<float> gate = random_floats(n, 19), up = random_floats(n, 20);
+    const std::vector<float> gate = random_floats(n, 19), up = random_floats(n, 20);  // [rows][width] each
     std::vector<float> out(static_cast<size_t>(n));  // [rows][width]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
@@ -94,7 +96,7 @@ void swiglu(benchmark::State& state) {
 void gelu_tanh(benchmark::State& state) {
     use_threads(state);
     const int64_t n = rows_shape(state).elements();
-    const std::vector<float> x = random_floats(n, 21);
+    const std::vector<float> x = random_floats(n, 21);  // [rows][width]
     std::vector<float> out(static_cast<size_t>(n));  // [rows][width]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
@@ -109,7 +111,7 @@ void add(benchmark::State& state) {
     use_threads(state);
     const int64_t n = rows_shape(state).elements();
     std::vector<float> x = random_floats(n, 22);  // [rows][width], accumulated in place
-    const std::vector<float> y = random_floats(n, 23);
+    const std::vector<float> y = random_floats(n, 23);  // [rows][width]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
         kernels.add(x.data(), y.data(), n);
@@ -122,7 +124,7 @@ void add_bias(benchmark::State& state) {
     use_threads(state);
     const RowsShape s = rows_shape(state);
     std::vector<float> x = random_floats(s.elements(), 24);  // [rows][width], in place
-    const std::vector<float> bias = random_floats(s.width, 25);
+    const std::vector<float> bias = random_floats(s.width, 25);  // [width]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
         kernels.add_bias(x.data(), bias.data(), s.rows, s.width);

@@ -17,73 +17,71 @@
 namespace kvx::bench {
 namespace {
 
-// Iterations of every chain per run and thread: ~10-30 ms at a few GHz, long against a team's wake-up.
-constexpr int64_t kIterations = int64_t{1} << 23;
 // acc = acc * kMultiplier + kAddend converges to kAddend / (1 - kMultiplier): no overflow, no subnormals.
 constexpr float kMultiplier = 0.999f, kAddend = 0.001f;
 
-// Each function runs kIterations steps of Chains independent chains and returns the flops it did, with the
+// Each function runs `iterations` steps of kChains independent chains and returns the flops it did, with the
 // chains' sum in *sink so that none is optimised away. Chains covers latency x issue width: 4-cycle FMAs
 // on 2 ports need 8 in flight; 10 (AVX2, of 16 registers) and 24 (AVX-512, of 32) leave room for 5-cycle
 // FMAs or 3 ports.
 
 using Vec4 = float __attribute__((vector_size(16)));
 
-double portable_chains(float* sink) {
+double portable_chains(int64_t iterations, float* sink) {
     constexpr int kChains = 12;
-    Vec4 acc[kChains];
+    Vec4 acc[kChains];  // [kChains] independent chains, in registers
     for (int c = 0; c < kChains; ++c) acc[c] = Vec4{} + static_cast<float>(c);
     const Vec4 m = Vec4{} + kMultiplier, a = Vec4{} + kAddend;
-    for (int64_t i = 0; i < kIterations; ++i)
+    for (int64_t i = 0; i < iterations; ++i)
         for (Vec4& x : acc) x = x * m + a;
     Vec4 sum = {};
     for (const Vec4& x : acc) sum += x;
     *sink = sum[0] + sum[1] + sum[2] + sum[3];
-    return 2.0 * 4 * kChains * static_cast<double>(kIterations);
+    return 2.0 * 4 * kChains * static_cast<double>(iterations);
 }
 
 #ifdef KVX_FMA_X86
-__attribute__((target("avx2,fma"))) double avx2_chains(float* sink) {
+__attribute__((target("avx2,fma"))) double avx2_chains(int64_t iterations, float* sink) {
     constexpr int kChains = 10;
-    __m256 acc[kChains];
+    __m256 acc[kChains];  // [kChains] independent chains, in registers
     for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
     const __m256 m = _mm256_set1_ps(kMultiplier), a = _mm256_set1_ps(kAddend);
-    for (int64_t i = 0; i < kIterations; ++i)
+    for (int64_t i = 0; i < iterations; ++i)
         for (__m256& x : acc) x = _mm256_fmadd_ps(x, m, a);
     __m256 sum = _mm256_setzero_ps();
     for (const __m256& x : acc) sum = _mm256_add_ps(sum, x);
     *sink = _mm256_cvtss_f32(sum);
-    return 2.0 * 8 * kChains * static_cast<double>(kIterations);
+    return 2.0 * 8 * kChains * static_cast<double>(iterations);
 }
 
-__attribute__((target("avx512f"))) double avx512_chains(float* sink) {
+__attribute__((target("avx512f"))) double avx512_chains(int64_t iterations, float* sink) {
     constexpr int kChains = 24;
-    __m512 acc[kChains];
+    __m512 acc[kChains];  // [kChains] independent chains, in registers
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
     const __m512 m = _mm512_set1_ps(kMultiplier), a = _mm512_set1_ps(kAddend);
-    for (int64_t i = 0; i < kIterations; ++i)
+    for (int64_t i = 0; i < iterations; ++i)
         for (__m512& x : acc) x = _mm512_fmadd_ps(x, m, a);
     __m512 sum = _mm512_setzero_ps();
     for (const __m512& x : acc) sum = _mm512_add_ps(sum, x);
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, sum);
     *sink = lanes[0];
-    return 2.0 * 16 * kChains * static_cast<double>(kIterations);
+    return 2.0 * 16 * kChains * static_cast<double>(iterations);
 }
 #endif
 
-double run_chains(cpu::SimdLevel level, float* sink) {
+double run_chains(cpu::SimdLevel level, int64_t iterations, float* sink) {
 #ifdef KVX_FMA_X86
-    if (level == cpu::SimdLevel::avx512) return avx512_chains(sink);
-    if (level == cpu::SimdLevel::avx2) return avx2_chains(sink);
+    if (level == cpu::SimdLevel::avx512) return avx512_chains(iterations, sink);
+    if (level == cpu::SimdLevel::avx2) return avx2_chains(iterations, sink);
 #endif
     (void)level;
-    return portable_chains(sink);
+    return portable_chains(iterations, sink);
 }
 
 }  // namespace
 
-double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes) {
+double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes, int64_t iterations) {
     cpu::cpu_kernels(level);  // throws, naming the level, if this machine cannot run it
     std::vector<double> gflops;
     std::vector<float> observed;  // every thread's chain results, kept so the compiler must compute them
@@ -92,7 +90,7 @@ double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes) {
         double flops = 0;
         observed.assign(static_cast<size_t>(threads), 0.0f);
 #pragma omp parallel num_threads(threads) reduction(+ : flops)
-        flops += run_chains(level, &observed[static_cast<size_t>(omp_get_thread_num())]);
+        flops += run_chains(level, iterations, &observed[static_cast<size_t>(omp_get_thread_num())]);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (pass >= 0) gflops.push_back(flops / seconds / 1e9);
         // Using the results keeps the chains from being optimised away; converging, they must be finite.

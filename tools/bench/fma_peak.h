@@ -2,14 +2,19 @@
 // compute-bound kernel's GFLOP/s.
 #pragma once
 
+#include <cstdint>
+
 #include "cpu/cpu_kernels.h"
 
 namespace kvx::bench {
 
 // GFLOP/s (a multiply-add counts 2) of independent FMA chains at `level`'s vector width on `threads`
-// OpenMP threads: the median of `passes` (>= 1) runs. The portable level has no FMA instruction in the
+// OpenMP threads: the median of `passes` (>= 1) runs of `iterations` steps of every chain per thread
+// (kFmaPeakIterations: 10-30 ms at a few GHz, long against a thread team's wake-up). The portable level has no FMA instruction in the
 // baseline x86-64 target, so its chains are a multiply then an add on 4-lane vectors, as the compiler
 // emits for the portable kernels. Throws std::runtime_error if this machine cannot run `level`.
-double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes);
+constexpr int64_t kFmaPeakIterations = int64_t{1} << 23;
+double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes,
+                               int64_t iterations = kFmaPeakIterations);
 
 }  // namespace kvx::bench

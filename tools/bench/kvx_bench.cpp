@@ -1,11 +1,12 @@
 // kvx-bench: every CPU kernel's speed against the machine's ceilings, in Google Benchmark's console and
 // JSON formats (the benchmarks themselves sit beside their kernels: cpu/bench_*.cpp, engine/bench_*.cpp).
 //
-//   kvx-bench [--simd LEVEL] [--ceiling_mib N] [--ceiling_passes N] [Google Benchmark flags]
+//   kvx-bench [--simd LEVEL] [--ceiling_mib N] [--ceiling_passes N] [--ceiling_quick] [Google Benchmark flags]
 //
 //   --simd LEVEL        portable, avx2 or avx512 (default: KVX_SIMD, else the best this machine runs)
 //   --ceiling_mib N     MiB streamed to measure the read bandwidth (default 1024: far beyond the L3)
 //   --ceiling_passes N  passes per ceiling figure, the median kept (default 5)
+//   --ceiling_quick     a rough ceiling in well under a second (8 MiB, 1 pass, short FMA runs): smoke tests
 //
 // The ceilings are measured once at start-up, before any benchmark, and written into the JSON context
 // (kvx_read_GBps_threads_T, kvx_peak_fma_GFLOPs_LEVEL_threads_T).
@@ -63,7 +64,9 @@ Options take_own_flags(int& argc, char** argv) {
             }
             return false;
         };
-        if (is_flag("--simd")) {
+        if (arg == "--ceiling_quick") {
+            options.ceiling = kvx::bench::CeilingOptions::quick();
+        } else if (is_flag("--simd")) {
             options.simd = value;
         } else if (is_flag("--ceiling_mib")) {
             options.ceiling.read_bytes = static_cast<size_t>(positive_number("--ceiling_mib", value)) << 20;

@@ -2,7 +2,7 @@
 # the ceilings in its context and every counter in each benchmark, with positive rates.
 #   cmake -DKVX_BENCH=path/to/kvx-bench -DOUT=path/to/out.json -P kvx_bench_smoke.cmake
 execute_process(
-  COMMAND ${KVX_BENCH} --ceiling_mib=8 --ceiling_passes=1 --benchmark_min_time=0.01
+  COMMAND ${KVX_BENCH} --ceiling_quick --benchmark_min_time=0.01
           "--benchmark_filter=^(decode_attention/smollm2/threads:1/context:128/batch:1/block:16/layout:1|rmsnorm/threads:1/rows:1/width:576)/real_time$"
           --benchmark_out=${OUT} --benchmark_out_format=json
   RESULT_VARIABLE status)

@@ -53,7 +53,7 @@ MachineCeiling measure_machine_ceiling(const CeilingOptions& options, int max_th
     }
     for (cpu::SimdLevel level : cpu::supported_simd_levels())
         for (int threads = 1; threads <= max_threads; ++threads)
-            ceiling.fma_gflops[level].push_back(measure_peak_fma_gflops(level, threads, options.passes));
+            ceiling.fma_gflops[level].push_back(measure_peak_fma_gflops(level, threads, options.passes, options.fma_iterations));
     return ceiling;
 }
 

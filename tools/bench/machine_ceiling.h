@@ -9,12 +9,17 @@
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
+#include "tools/bench/fma_peak.h"
 
 namespace kvx::bench {
 
 struct CeilingOptions {
     size_t read_bytes = size_t{1} << 30;  // far beyond any L3, so every pass reads DRAM
     int passes = 5;
+    int64_t fma_iterations = kFmaPeakIterations;
+
+    // A rough ceiling in well under a second, even under AddressSanitizer: for smoke tests, not figures.
+    static CeilingOptions quick() { return {size_t{8} << 20, 1, int64_t{1} << 16}; }
 };
 
 struct MachineCeiling {

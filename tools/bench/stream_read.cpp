@@ -22,7 +22,7 @@ constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // Sum of p[0 .. kStreamChunkFloats) in 32 independent partial sums, for machines without AVX2.
 double sum_chunk_portable(const float* p) {
-    float s[32] = {};
+    float s[32] = {};  // [32] partial sums, lane j of each 32-float step
     for (size_t i = 0; i < kStreamChunkFloats; i += 32)
         for (size_t j = 0; j < 32; ++j) s[j] += p[i + j];
     double total = 0;
@@ -39,7 +39,7 @@ constexpr size_t kPrefetchAheadFloats = 512 / sizeof(float);
 // accumulators, so neither the add latency (3-4 cycles) nor a dependency limits how many loads are in
 // flight; only the memory system does. Prefetches past the buffer's end are harmless hints.
 __attribute__((target("avx2"))) double sum_chunks_avx2(const float* p, size_t chunks) {
-    __m256 acc[8];
+    __m256 acc[8];  // [8] accumulators, one per 32-byte load of a 256-byte step
     for (__m256& a : acc) a = _mm256_setzero_ps();
     const float* end = p + chunks * kStreamChunkFloats;
     for (; p < end; p += 64) {
