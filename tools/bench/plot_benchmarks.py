@@ -11,7 +11,6 @@
 """
 import argparse
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -21,9 +20,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from kernel_summary import load_runs, split_name  # noqa: E402  (Google Benchmark's JSON and names)
+
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_ORDER = ["kvx", "llama.cpp", "onnxruntime-genai"]
-SIZE_PARAMETER = re.compile(r"^([A-Za-z_]+):([0-9]+)$")
 
 
 def plot_decode_vs_context(e2e, out):
@@ -85,36 +85,19 @@ def plot_vs_peers(e2e, out):
     plt.close(fig)
 
 
-def parse_benchmark_name(name):
-    """("attention/paged/f32", {"threads": 2, "context": 4096}) from "attention/paged/f32/threads:2/context:4096";
-    a bare number part (Google Benchmark's ->Arg without a name) is named arg0, arg1, ..."""
-    words, params = [], {}
-    for part in name.split("/"):
-        key_value = SIZE_PARAMETER.match(part)
-        if key_value:
-            params[key_value.group(1)] = int(key_value.group(2))
-        elif part.isdigit():
-            params[f"arg{len(params)}"] = int(part)
-        else:
-            words.append(part)
-    return "/".join(words), params
-
-
-def kernel_series(kernels):
-    """{family: {series label: [(size, GB/s)]}}. A family is the first word of the benchmark names (one
-    panel each); within a benchmark, the size is the parameter with the most distinct values (other than
-    threads, when there is another), and every combination of the other parameters is a series. Median
-    aggregates are used where the run has repetitions; entries without a GB/s or bytes_per_second are skipped."""
-    entries = kernels.get("benchmarks", [])
-    if any(e.get("aggregate_name") == "median" for e in entries):
-        entries = [e for e in entries if e.get("aggregate_name") == "median"]
+def kernel_series(runs):
+    """{family: {series label: [(size, GB/s)]}} from kernel_summary.load_runs's runs (median aggregates where
+    the run has repetitions). A family is the first word of the benchmark names (one panel each); within a
+    benchmark, the size is the integer argument with the most distinct values (other than threads, when
+    there is another), and every combination of the other arguments is a series. Runs without a GB/s or
+    bytes_per_second are skipped."""
     by_benchmark = defaultdict(list)
-    for entry in entries:
+    for run in runs:
         # kvx-bench reports a "GB/s" rate counter; Google Benchmark's own SetBytesProcessed gives bytes_per_second.
-        gbs = entry["GB/s"] if "GB/s" in entry else entry.get("bytes_per_second", 0) / 1e9
+        gbs = run["GB/s"] if "GB/s" in run else run.get("bytes_per_second", 0) / 1e9
         if gbs > 0:
-            name, params = parse_benchmark_name(entry.get("run_name", entry["name"]))
-            by_benchmark[name].append((params, gbs))
+            name, args = split_name(run.get("run_name", run["name"]))
+            by_benchmark[name].append(({k: int(v) for k, v in args.items() if v.isdigit()}, gbs))
     families = defaultdict(lambda: defaultdict(list))
     for name, points in by_benchmark.items():
         keys = {k for params, _ in points for k in params}
@@ -130,8 +113,8 @@ def kernel_series(kernels):
             for family, series in families.items()}
 
 
-def plot_kernel_bandwidth(kernels, out, read_bandwidth=None):
-    families = kernel_series(kernels)
+def plot_kernel_bandwidth(runs, out, read_bandwidth=None):
+    families = kernel_series(runs)
     if not families:
         return False
     columns = min(len(families), 2)
@@ -176,8 +159,8 @@ def main():
         print(f"plot_benchmarks: e2e figures from {e2e_path}", file=sys.stderr)
     else:
         print(f"plot_benchmarks: no {e2e_path}, no end-to-end figures", file=sys.stderr)
-    if kernels_path.exists() and plot_kernel_bandwidth(json.loads(kernels_path.read_text()),
-                                                       args.out / "kernel_bandwidth.png", bandwidth):
+    if kernels_path.exists() and plot_kernel_bandwidth(load_runs(kernels_path)[1], args.out / "kernel_bandwidth.png",
+                                                       bandwidth):
         print(f"plot_benchmarks: kernel figure from {kernels_path}", file=sys.stderr)
     else:
         print(f"plot_benchmarks: no GB/s counters in {kernels_path} (absent?), no kernel figure", file=sys.stderr)
