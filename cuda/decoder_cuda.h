@@ -45,7 +45,8 @@ public:
     void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
     void forward(const ForwardBatch& batch, float* logits) override;
 
-    // Device bytes of weights (what a decode step reads once) and of the whole KV pool.
+    // Bytes of weights a decode step reads (every matrix once; of the embeddings only a row per token), and
+    // device bytes of the whole KV pool.
     size_t weight_bytes() const;
     size_t kv_pool_bytes() const;
     // Decode steps served by replaying a captured graph, and graphs captured, since construction.

@@ -8,6 +8,9 @@
 #include "engine/error.h"
 #include "kernels/kernels.h"
 #include "models/decoder_host.h"
+#ifdef KVX_WITH_CUDA
+#include "cuda/decoder_cuda.h"
+#endif
 
 namespace kvx::cli {
 namespace {
@@ -33,6 +36,29 @@ std::string chosen_simd(const RunOptions& options) {
     return options.simd;
 }
 
+// --device, checked against the other flags before the model loads.
+void check_device(const RunOptions& options) {
+    if (options.device == "cpu") return;
+    if (options.device != "cuda") throw Error("unknown --device '" + options.device + "' (use cpu or cuda)");
+#ifndef KVX_WITH_CUDA
+    throw Error("--device cuda: this kvx was built without the CUDA backend (no nvcc when it was configured, or "
+                "-DKVX_CUDA=OFF)");
+#else
+    if (options.simd != "auto") throw Error("--simd " + options.simd + " chooses CPU kernels: it cannot go with --device cuda");
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const Model& model, const RunOptions& options) {
+#ifdef KVX_WITH_CUDA
+    if (options.device == "cuda") {
+        cuda::CudaBackendOptions cuda_options;
+        cuda_options.kv_dtype = kv_dtype_for(options.kv_dtype);
+        return std::make_unique<cuda::DecoderCudaBackend>(model, cuda_options);
+    }
+#endif
+    return std::make_unique<DecoderHostBackend>(model, kernels_for(chosen_simd(options)), kv_dtype_for(options.kv_dtype));
+}
+
 }  // namespace
 
 void add_run_options(CLI::App& command, RunOptions& o) {
@@ -46,6 +72,7 @@ void add_run_options(CLI::App& command, RunOptions& o) {
                        "What the KV cache stores: f32, or f16 (half the cache memory and the bytes a decode step "
                        "reads; attention still computes in fp32)")
         ->capture_default_str();
+    command.add_option("--device", o.device, "Where the model runs: cpu, or cuda (GPU 0)")->capture_default_str();
     command.add_option("--simd", o.simd,
                        "CPU kernels: auto, avx512, avx2, portable, or reference (the plain fp32 oracle); "
                        "the KVX_SIMD environment variable sets the default")
@@ -62,8 +89,9 @@ std::string resolve_model_dir(const std::string& requested) {
 }
 
 LoadedModel load_model_for_run(const RunOptions& options) {
-    kernels_for(chosen_simd(options));  // an unknown --simd or --kv-dtype fails before the model loads
+    kernels_for(chosen_simd(options));  // an unknown --simd, --kv-dtype or --device fails before the model loads
     kv_dtype_for(options.kv_dtype);
+    check_device(options);
     if (options.threads > 0) omp_set_num_threads(options.threads);
     LoadedModel loaded;
     loaded.model = std::make_unique<Model>(load_model(resolve_model_dir(options.model_dir)));
@@ -77,9 +105,7 @@ void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_bl
     engine_options.num_blocks = num_blocks;
     loaded.engine = std::make_unique<Engine>(
         loaded.model->config,
-        std::make_unique<DecoderHostBackend>(*loaded.model, kernels_for(chosen_simd(options)),
-                                             kv_dtype_for(options.kv_dtype)),
-        engine_options);
+        make_backend(*loaded.model, options), engine_options);
 }
 
 LoadedModel load_for_run(const RunOptions& options) {

@@ -14,7 +14,8 @@ namespace kvx::cli {
 
 struct RunOptions {
     std::string model_dir;          // empty = the default model built with kvx
-    std::string simd = "auto";      // auto | avx512 | avx2 | portable | reference
+    std::string device = "cpu";     // cpu | cuda
+    std::string simd = "auto";      // auto | avx512 | avx2 | portable | reference (cpu only)
     int threads = 0;                // 0 = every core
     int context = 0;                // 0 = the model's max_seq_len
     int block_size = 16;
@@ -33,7 +34,8 @@ struct LoadedModel {
     std::unique_ptr<Engine> engine;
 };
 
-// Throws kvx::Error for every bad choice (unknown --simd, a level the CPU lacks, a missing model, ...).
+// Throws kvx::Error for every bad choice (unknown --simd or --device, a level the CPU lacks, --device cuda
+// without a GPU or in a build without CUDA, a missing model, ...).
 LoadedModel load_for_run(const RunOptions& options);
 // The same in two steps, for a command that sizes the KV pool from the prompt (beam search): the model
 // alone (engine null), then its engine with num_blocks blocks (0 = one sequence of the whole context).
