@@ -75,11 +75,14 @@ struct DecoderCudaBackend::State {
 
     BatchStaging staging;
     GraphCache graphs;
+    DeviceBuffer<int32_t> picked;           // [1] the token forward_sample picked
+    DeviceBuffer<std::byte> sample_scratch; // [sampling_scratch_bytes(vocab_size)]
 
     void ensure_scratch(int32_t rows, size_t workspace_floats);
     void linear(float* out, const float* in, const DeviceLinear& l, int n);
     void norm(float* out, const float* in, const DeviceNorm& w, int n);
     void add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n);
+    void run_pass(const ForwardBatch& batch);  // enqueues the pass; its logits end in `logits`
     void enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                          const std::vector<AttentionPartitions>& partitions);
 };
@@ -285,6 +288,40 @@ void DecoderCudaBackend::copy_blocks(std::span<const std::vector<BlockCopy>> cop
 
 void DecoderCudaBackend::forward(const ForwardBatch& batch, float* logits_out) {
     State& s = *state_;
+    s.run_pass(batch);
+    const size_t logit_bytes = batch.logit_rows.size() * static_cast<size_t>(s.model.config.vocab_size) * sizeof(float);
+    if (logit_bytes)
+        check(cudaMemcpyAsync(logits_out, s.logits.data(), logit_bytes, cudaMemcpyDeviceToHost, s.stream),
+              "cudaMemcpyAsync (logits)");
+    check(cudaStreamSynchronize(s.stream), "the forward pass on the GPU");
+}
+
+bool DecoderCudaBackend::can_sample(const SamplerOptions& options) const {
+    return options.temperature == 0.0f || (options.top_k >= 1 && options.top_k <= kMaxDeviceTopK);
+}
+
+int32_t DecoderCudaBackend::forward_sample(const ForwardBatch& batch, const SamplerOptions& options, double uniform) {
+    State& s = *state_;
+    if (batch.logit_rows.size() != 1 || !can_sample(options))
+        throw Error("internal: forward_sample needs one logit row and options the device can sample with");
+    const int vocab = s.model.config.vocab_size;
+    s.run_pass(batch);
+    s.picked.reserve(1);
+    if (options.temperature == 0.0f) {
+        argmax(s.picked.data(), s.logits.data(), 1, vocab, s.stream);
+    } else {
+        s.sample_scratch.reserve(sampling_scratch_bytes(vocab));
+        sample_top_k_top_p(s.picked.data(), s.logits.data(), vocab, options.temperature, options.top_k, options.top_p,
+                           uniform, s.sample_scratch.data(), s.stream);
+    }
+    int32_t token = 0;
+    check(cudaMemcpyAsync(&token, s.picked.data(), sizeof token, cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync (token)");
+    check(cudaStreamSynchronize(s.stream), "the forward pass on the GPU");
+    return token;
+}
+
+void DecoderCudaBackend::State::run_pass(const ForwardBatch& batch) {
+    State& s = *this;
     if (s.groups.empty()) throw Error("internal: forward before allocate_kv");
     if (batch.groups.size() != s.groups.size()) throw Error("internal: the batch's layer groups are not the cache's");
     const ModelConfig& c = s.model.config;
@@ -323,12 +360,6 @@ void DecoderCudaBackend::forward(const ForwardBatch& batch, float* logits_out) {
         s.graphs.run(shape, generation, s.stream, enqueue);
     else
         enqueue();
-
-    const size_t logit_bytes = batch.logit_rows.size() * static_cast<size_t>(c.vocab_size) * sizeof(float);
-    if (logit_bytes)
-        check(cudaMemcpyAsync(logits_out, s.logits.data(), logit_bytes, cudaMemcpyDeviceToHost, s.stream),
-              "cudaMemcpyAsync (logits)");
-    check(cudaStreamSynchronize(s.stream), "the forward pass on the GPU");
 }
 
 size_t DecoderCudaBackend::weight_bytes() const { return state_->weights.bytes_read_per_step(); }

@@ -44,6 +44,9 @@ public:
     size_t kv_bytes_per_block(size_t group) const override;
     void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
     void forward(const ForwardBatch& batch, float* logits) override;
+    // Greedy, or sampling with 1 <= top_k <= kMaxDeviceTopK (cuda/cuda_kernels.h), on the device.
+    bool can_sample(const SamplerOptions& options) const override;
+    int32_t forward_sample(const ForwardBatch& batch, const SamplerOptions& options, double uniform) override;
 
     // Bytes of weights a decode step reads (every matrix once; of the embeddings only a row per token), and
     // device bytes of the whole KV pool.

@@ -12,6 +12,7 @@
 
 #include "engine/forward_batch.h"
 #include "engine/kv_cache_groups.h"
+#include "engine/sampler.h"
 
 namespace kvx {
 
@@ -32,6 +33,13 @@ public:
     // Runs the model over the batch: appends every row's K/V at its group's slot, then writes the logits
     // of the rows in batch.logit_rows to logits [logit_rows.size()][vocab_size].
     virtual void forward(const ForwardBatch& batch, float* logits) = 0;
+
+    // Optional: the forward pass of a batch with exactly one logit row, and that row's next token picked
+    // where the logits are (on a GPU, so that only the token crosses to the host), as Sampler::sample would
+    // pick it with these options and, for temperature > 0, the draw `uniform` (Sampler::next_uniform).
+    // can_sample says for which options a backend does this; Engine::forward_and_sample asks it first.
+    virtual bool can_sample(const SamplerOptions&) const { return false; }
+    virtual int32_t forward_sample(const ForwardBatch& batch, const SamplerOptions& options, double uniform);
 };
 
 }  // namespace kvx

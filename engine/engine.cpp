@@ -109,6 +109,21 @@ void Engine::rewind(SeqId seq, int32_t n) {
 }
 
 const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inputs) {
+    const size_t n_logit_rows = prepare_batch(inputs);
+    logits_.resize(n_logit_rows * static_cast<size_t>(vocab_size_));
+    backend_->forward(batch_, logits_.data());
+    return logits_;
+}
+
+int32_t Engine::forward_and_sample(const SequenceInput& input, Sampler& sampler) {
+    if (input.all_logits) throw Error("internal: forward_and_sample wants one logit row");
+    if (!backend_->can_sample(sampler.options())) return sampler.sample(forward({input}).data(), vocab_size_);
+    prepare_batch({input});
+    const double uniform = sampler.options().temperature == 0.0f ? 0.0 : sampler.next_uniform();
+    return backend_->forward_sample(batch_, sampler.options(), uniform);
+}
+
+size_t Engine::prepare_batch(const std::vector<SequenceInput>& inputs) {
     // Check everything before the cache changes, so that a refused batch leaves no trace.
     const size_t n_groups = cache_.num_groups();
     std::vector<int64_t> blocks_needed(n_groups, 0);
@@ -195,9 +210,11 @@ const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inpu
 
     if (std::any_of(copies_.begin(), copies_.end(), [](const auto& c) { return !c.empty(); }))
         backend_->copy_blocks(copies_);
-    logits_.resize(n_logit_rows * static_cast<size_t>(vocab_size_));
-    backend_->forward(b, logits_.data());
-    return logits_;
+    return n_logit_rows;
+}
+
+int32_t Backend::forward_sample(const ForwardBatch&, const SamplerOptions&, double) {
+    throw Error("internal: the backend '" + name() + "' cannot sample where its logits are");
 }
 
 }  // namespace kvx

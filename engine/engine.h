@@ -56,6 +56,10 @@ public:
     // A sequence may appear at most once. Throws kvx::Error, with nothing changed, if a sequence would
     // outgrow the context or the pool is short of blocks.
     const std::vector<float>& forward(const std::vector<SequenceInput>& inputs);
+    // Appends one input's tokens and returns the token the sampler picks after its last one. The backend
+    // picks it where the logits are when it can (Backend::can_sample: on a GPU only the token then crosses
+    // to the host); otherwise the logits come back and the sampler picks. Either way the same token.
+    int32_t forward_and_sample(const SequenceInput& input, Sampler& sampler);
 
     // The first layer group's cache: the full-attention one when the model has full layers, the only one
     // without a window. Lengths and sequence ids are the same in every group.
@@ -87,6 +91,9 @@ private:
     std::vector<float> logits_;     // [rows][vocab_size], reused between calls
     std::function<void(const CacheEvent&)> observer_;
 
+    // Checks the inputs, appends them to the cache, runs the copy-on-write copies, and fills batch_;
+    // returns the number of logit rows. Throws kvx::Error with nothing changed.
+    size_t prepare_batch(const std::vector<SequenceInput>& inputs);
     void report(CacheEvent::Kind kind, SeqId seq, int32_t before, int32_t after, SeqId parent = -1, int32_t copies = 0);
 };
 

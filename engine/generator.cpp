@@ -52,12 +52,11 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
     stats.prompt_tokens = static_cast<int32_t>(new_tokens.size());
     stats.cached_tokens = engine.length(seq);
     auto start = std::chrono::steady_clock::now();
-    const std::vector<float>* logits = &engine.forward({{seq, new_tokens, false}});
-    stats.prefill_seconds = seconds_since(start);
-
-    start = std::chrono::steady_clock::now();
     int32_t prev = new_tokens.back();
     if (options.speculative_drafts > 0) {
+        const std::vector<float>* logits = &engine.forward({{seq, new_tokens, false}});
+        stats.prefill_seconds = seconds_since(start);
+        start = std::chrono::steady_clock::now();
         decode_speculative(engine, seq, sampler, logits->data(), new_tokens, max_new, options, [&](int32_t next) {
             emit(tokenizer.decode(prev, next));
             if (generated) generated->push_back(next);
@@ -67,15 +66,20 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
         record_cache(engine, stats);
         return stats;
     }
+    // Each pass returns the token that follows it: picked on the device where the backend can (only the
+    // token crosses to the host), else from the logits by the sampler.
+    int32_t next = engine.forward_and_sample({seq, new_tokens, false}, sampler);
+    stats.prefill_seconds = seconds_since(start);
+
+    start = std::chrono::steady_clock::now();
     const auto& stops = options.stop_token_ids;
     int32_t next_token[1] = {0};
-    const std::vector<SequenceInput> decode_step = {{seq, next_token, false}};  // reused: no allocation per token
+    const SequenceInput decode_step = {seq, next_token, false};  // reused: no allocation per token
     for (int64_t i = 0; i < max_new; ++i) {
         if (options.interrupted && options.interrupted()) {
             stats.interrupted = true;
             break;
         }
-        const int32_t next = sampler.sample(logits->data(), engine.vocab_size());
         if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
             stats.stopped_by_token = true;
             break;
@@ -89,7 +93,7 @@ GenerationStats continue_sequence(Engine& engine, SeqId seq, const Tokenizer& to
             break;
         }
         next_token[0] = next;
-        logits = &engine.forward(decode_step);
+        next = engine.forward_and_sample(decode_step, sampler);
         ++stats.decode_steps;
     }
     stats.decode_seconds = seconds_since(start);

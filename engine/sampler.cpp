@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "engine/error.h"
 
@@ -20,6 +21,8 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
     if (options.top_k < 0) throw Error("--top-k must be >= 0");
     if (!(options.top_p > 0.0f && options.top_p <= 1.0f)) throw Error("--top-p must be in (0, 1]");
 }
+
+double Sampler::next_uniform() { return std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_); }
 
 int32_t Sampler::sample(const float* logits, int vocab_size) {
     if (options_.temperature == 0.0f) return argmax(logits, vocab_size);
@@ -49,7 +52,7 @@ int32_t Sampler::sample(const float* logits, int vocab_size) {
             if (mass >= options_.top_p * total) { kept = i + 1; total = mass; break; }
         }
     }
-    const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    const double r = next_uniform() * total;  // what uniform_real_distribution(0, total) computes
     double cumulative = 0;
     for (size_t i = 0; i < kept; ++i) {
         cumulative += candidates_[i].first;

@@ -22,6 +22,11 @@ public:
 
     int32_t sample(const float* logits, int vocab_size);  // logits [vocab_size]
 
+    const SamplerOptions& options() const { return options_; }
+    // The draw sample() makes once per call at temperature > 0, in [0, 1): a backend that samples on the
+    // device takes it from here, so that a seed gives the same tokens on every backend.
+    double next_uniform();
+
 private:
     SamplerOptions options_;
     std::mt19937_64 rng_;                          // the standard fixes its output sequence for a seed

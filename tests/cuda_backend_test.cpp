@@ -9,6 +9,8 @@
 #include "cuda/decoder_cuda.h"
 #include "engine/beam_search.h"
 #include "engine/engine.h"
+#include "engine/generator.h"
+#include "engine/tokenizer.h"
 #include "engine/npy.h"
 #include "engine/position_logits.h"
 #include "engine/sampler.h"
@@ -99,6 +101,31 @@ TEST_CASE("CUDA greedy tokens are the CPU backend's", "[cuda][model]") {
         Engine gpu = make_engine(model, Backends{true});
         INFO(f.name);
         CHECK(greedy(gpu, prompt, n) == greedy(cpu, prompt, n));
+    }
+}
+
+// The token is picked on the device (argmax, or top-k/top-p with the host's draw): only it crosses, and a
+// seed gives the CPU backend's tokens.
+TEST_CASE("CUDA generation picks the CPU backend's tokens on the device, greedy and seeded", "[cuda][sampling]") {
+    const Fixture f = load_fixture("stories260K");
+    const Model model = load_model(f.model_dir);
+    const auto tokenizer = load_tokenizer(f.model_dir, model.config);
+    const std::vector<int32_t> prompt(f.tokens.begin(), f.tokens.begin() + 8);
+    for (const SamplerOptions& sampling : {SamplerOptions{0.0f, 40, 0.95f, 1}, SamplerOptions{0.8f, 40, 0.95f, 7},
+                                           SamplerOptions{1.0f, 1024, 1.0f, 3}, SamplerOptions{1.5f, 5, 0.5f, 11}}) {
+        GenerationOptions options;
+        options.max_new_tokens = 64;
+        std::vector<int32_t> got, want;
+        for (const bool cuda : {true, false}) {
+            Engine engine = make_engine(model, Backends{cuda});
+            CHECK(engine.backend().can_sample(sampling) == cuda);
+            Sampler sampler(sampling);
+            const SeqId seq = engine.new_sequence();
+            continue_sequence(engine, seq, *tokenizer, sampler, prompt, options, [](std::string_view) {},
+                              cuda ? &got : &want);
+        }
+        INFO("temperature " << sampling.temperature << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p);
+        CHECK(got == want);
     }
 }
 
