@@ -64,11 +64,19 @@ class ErrorsTest(unittest.TestCase):
             self.skipTest("this CPU has AVX-512, so --simd avx512 is valid here")
         self.assert_fails(["generate", "--simd", "avx512"], "avx512")
 
+    def test_device_choice(self):
+        self.assert_fails(["generate", "--device", "tpu"], "unknown --device 'tpu'")
+        # Without a GPU, or in a build without CUDA, --device cuda names why; with one, --simd still cannot go
+        # with it. Either way the run stops before any text.
+        self.assert_fails(["generate", "--device", "cuda", "--simd", "avx2"], "--device cuda")
+        if not os.path.exists("/dev/nvidia0"):
+            self.assert_fails(["generate", "--device", "cuda"], "--device cuda")
+
     def test_help_documents_every_flag(self):
         expected = {
             "generate": ["-m", "-p", "-f", "--tokens", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
-                         "--block-size", "--simd", "--kv-dtype", "--verbose"],
-            "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd"],
+                         "--block-size", "--simd", "--kv-dtype", "--device", "--verbose"],
+            "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd", "--device"],
             "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len", "--dtype"],
             "tokenize": ["-m", "-p", "-f", "--ids", "--no-bos", "--stats"],
         }

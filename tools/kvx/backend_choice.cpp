@@ -44,7 +44,8 @@ void check_device(const RunOptions& options) {
     throw Error("--device cuda: this kvx was built without the CUDA backend (no nvcc when it was configured, or "
                 "-DKVX_CUDA=OFF)");
 #else
-    if (options.simd != "auto") throw Error("--simd " + options.simd + " chooses CPU kernels: it cannot go with --device cuda");
+    if (options.simd != "auto")
+        throw Error("--simd " + options.simd + " chooses CPU kernels: it cannot go with --device cuda");
 #endif
 }
 
