@@ -26,27 +26,35 @@ int32_t table_bucket(int32_t stride) {
     return std::max(kMinTableBucket, static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(stride, 1)))));
 }
 
-cudaStream_t make_stream() {
-    const std::string why = unavailable_reason();
-    if (!why.empty()) throw Error("--device cuda: " + why);
-    check(cudaSetDevice(0), "cudaSetDevice");
-    cudaStream_t stream = nullptr;
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    return stream;
-}
+// The backend's one stream. Declared first in State, so destroyed last: cuBLAS's handle and the graphs
+// still refer to it while they go.
+class OwnedStream {
+public:
+    OwnedStream() {
+        const std::string why = unavailable_reason();
+        if (!why.empty()) throw Error("--device cuda: " + why);
+        check(cudaSetDevice(0), "cudaSetDevice");
+        check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    ~OwnedStream() { cudaStreamDestroy(stream_); }
+    OwnedStream(const OwnedStream&) = delete;
+    OwnedStream& operator=(const OwnedStream&) = delete;
+    cudaStream_t get() const { return stream_; }
+
+private:
+    cudaStream_t stream_ = nullptr;
+};
 
 }  // namespace
 
 struct DecoderCudaBackend::State {
     State(const Model& m, const CudaBackendOptions& o)
-        : model(m), options(o), stream(make_stream()), weights(m), blas(stream) {
+        : owned_stream(), model(m), options(o), stream(owned_stream.get()), weights(m), blas(stream) {
         check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
     }
-    ~State() {
-        graphs.clear();
-        if (stream) cudaStreamDestroy(stream);
-    }
+    ~State() { cudaStreamSynchronize(stream); }  // no buffer is freed under a kernel still running
 
+    OwnedStream owned_stream;
     const Model& model;
     const CudaBackendOptions options;
     cudaStream_t stream;  // every launch and copy of this backend, in order
