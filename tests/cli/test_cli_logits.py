@@ -48,6 +48,12 @@ class LogitsTest(unittest.TestCase):
             code, ids, _ = run("tokenize", "-p", "Once upon a time")
             self.assertEqual(np.load(out).shape, (len(ids.split(",")), 512))
 
+    @unittest.skipUnless(os.path.exists("/dev/nvidia0"), "no NVIDIA GPU: --device cuda is checked on a GPU only")
+    def test_cuda_device(self):
+        self.check_fixture("stories260K", "--device", "cuda")
+        self.check_fixture("rand_gpt2_hd8_l6_v1001_untied_ext", "--device", "cuda", "--block-size", "4")
+        self.check_fixture("stories260K", "--device", "cuda", "--kv-dtype", "f16", tolerance=2e-3)
+
 
 if __name__ == "__main__":
     unittest.main()
