@@ -1,15 +1,19 @@
 // kvx-bench: every CPU kernel's speed against the machine's ceilings, in Google Benchmark's console and
-// JSON formats (the benchmarks themselves sit beside their kernels: cpu/bench_*.cpp, engine/bench_*.cpp).
+// JSON formats (the benchmarks themselves sit beside their kernels: cpu/bench_*.cpp, engine/bench_*.cpp),
+// and, in a build with CUDA and where a device is usable, every CUDA kernel's against the device's copy
+// bandwidth (cuda/bench_*.cpp).
 //
 //   kvx-bench [--simd LEVEL] [--ceiling_mib N] [--ceiling_passes N] [--ceiling_quick] [Google Benchmark flags]
 //
 //   --simd LEVEL        portable, avx2 or avx512 (default: KVX_SIMD, else the best this machine runs)
-//   --ceiling_mib N     MiB streamed to measure the read bandwidth (default 1024: far beyond the L3)
+//   --ceiling_mib N     MiB streamed to measure the read bandwidth, and copied to measure the device's
+//                       (default 1024: far beyond the L3 and the L2)
 //   --ceiling_passes N  passes per ceiling figure, the median kept (default 5)
 //   --ceiling_quick     a rough ceiling in well under a second (8 MiB, 1 pass, short FMA runs): smoke tests
 //
 // The ceilings are measured once at start-up, before any benchmark, and written into the JSON context
-// (kvx_read_GBps_threads_T, kvx_peak_fma_GFLOPs_LEVEL_threads_T).
+// (kvx_read_GBps_threads_T, kvx_peak_fma_GFLOPs_LEVEL_threads_T; kvx_cuda_copy_GBps and kvx_cuda_device).
+// Without a usable device kvx-bench says so in one line and runs the CPU benchmarks alone.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -18,11 +22,15 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
 #include "tools/bench/bench_support.h"
 #include "tools/bench/machine_ceiling.h"
+#if KVX_WITH_CUDA
+#include "cuda/cuda_benchmarks.h"
+#endif
 
 namespace {
 
@@ -113,7 +121,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvx-bench: measuring the machine's ceilings (%zu MiB read, %d passes, 1..%d threads)\n",
                  options.ceiling.read_bytes >> 20, options.ceiling.passes, max_threads);
     kvx::bench::MachineCeiling ceiling = kvx::bench::measure_machine_ceiling(options.ceiling, max_threads);
-    for (const auto& [key, value] : ceiling.context_entries()) {
+    std::vector<std::pair<std::string, std::string>> context = ceiling.context_entries();
+#if KVX_WITH_CUDA
+    const kvx::cuda::CudaBenchmarks cuda = kvx::cuda::register_cuda_benchmarks(options.ceiling.read_bytes, options.ceiling.passes);
+    if (!cuda.skipped_reason.empty()) std::fprintf(stderr, "CUDA benchmarks skipped: %s\n", cuda.skipped_reason.c_str());
+    context.insert(context.end(), cuda.context.begin(), cuda.context.end());
+#endif
+    for (const auto& [key, value] : context) {
         benchmark::AddCustomContext(key, value);
         std::fprintf(stderr, "  %s = %s\n", key.c_str(), value.c_str());
     }

@@ -1,0 +1,127 @@
+// The decode GEMV (gemv_f32, gemv_f16) against cuBLAS at the matrix shapes of a 1B-class Llama, for one
+// and for kGemvMaxRows rows of x: out [n][m] = x [n][k] . w [m][k]^T. cuBLAS is what the backend uses for
+// larger batches: cublasSgemm with CUBLAS_DEFAULT_MATH (no TF32, so results match the CPU) for fp32
+// weights; for fp16 weights, x converted to fp16 (f32_to_f16, counted in the call's time, as the backend
+// pays it on every product) and cublasGemmEx with fp16 A and B, fp32 C and CUBLAS_COMPUTE_32F.
+//
+// The implementation is the last argument (0 hand GEMV, 1 cuBLAS), so the two runs of one shape follow
+// each other. bytes = the weight bytes the call reads (x and out are a rounding error next to them).
+#include <cublas_v2.h>
+
+#include <type_traits>
+
+#include "cuda/bench_timing.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
+
+namespace kvx::cuda::bench {
+namespace {
+
+enum Implementation : int64_t { kHand = 0, kCublas = 1 };
+
+class BlasHandle {
+public:
+    explicit BlasHandle(cudaStream_t stream) {
+        check(cublasCreate(&handle_), "cublasCreate");
+        check(cublasSetStream(handle_, stream), "cublasSetStream");
+        check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    }
+    ~BlasHandle() { cublasDestroy(handle_); }
+    BlasHandle(const BlasHandle&) = delete;
+    BlasHandle& operator=(const BlasHandle&) = delete;
+
+    cublasHandle_t get() const { return handle_; }
+
+private:
+    cublasHandle_t handle_ = nullptr;
+};
+
+// W: float (fp32 weights) or uint16_t (fp16 bits). `copies` matrices the calls cycle through, together
+// larger than the L2.
+template <class W>
+struct GemvData {
+    int copies = 0;
+    DeviceBuffer<W> weights;        // [copies][m][k]
+    DeviceBuffer<float> x;          // [n][k]
+    DeviceBuffer<uint16_t> x_f16;   // [n][k] fp16 bits: cuBLAS's fp16 input
+    DeviceBuffer<float> out;        // [n][m]
+};
+
+template <class W>
+GemvData<W> make_data(int n, int k, int m) {
+    GemvData<W> d;
+    const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
+    d.copies = rotation_copies(matrix * sizeof(W));
+    if constexpr (std::is_same_v<W, float>) {
+        d.weights = random_f32(static_cast<size_t>(d.copies) * matrix, 5);
+    } else {
+        d.weights = random_f16(static_cast<size_t>(d.copies) * matrix, 5);
+    }
+    d.x = random_f32(static_cast<size_t>(n) * static_cast<size_t>(k), 6);
+    d.x_f16.resize(d.x.size());
+    d.out.resize(static_cast<size_t>(n) * static_cast<size_t>(m));
+    return d;
+}
+
+// cuBLAS is column-major: out^T [m][n] = (w as a k x m column-major matrix)^T . (x as k x n).
+void cublas_product(cublasHandle_t handle, float* out, const float* x, const float* w, int n, int k, int m) {
+    const float one = 1.0f, zero = 0.0f;
+    check(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, k, x, k, &zero, out, m), "cublasSgemm");
+}
+
+void cublas_product(cublasHandle_t handle, float* out, const uint16_t* x_f16, const uint16_t* w, int n, int k, int m) {
+    const float one = 1.0f, zero = 0.0f;
+    check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16F, k, x_f16, CUDA_R_16F, k,
+                       &zero, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+}
+
+// Arguments: k (in_features), m (out_features), n (rows of x), implementation.
+template <class W>
+void gemv(benchmark::State& state) {
+    const int k = static_cast<int>(state.range(0));
+    const int m = static_cast<int>(state.range(1));
+    const int n = static_cast<int>(state.range(2));
+    const auto implementation = static_cast<Implementation>(state.range(3));
+    GemvData<W> d = make_data<W>(n, k, m);
+    const BlasHandle blas(bench_stream());
+    const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
+
+    run_timed(state, d.copies, static_cast<double>(matrix * sizeof(W)), [&](int copy, cudaStream_t stream) {
+        const W* w = d.weights.data() + static_cast<size_t>(copy) * matrix;
+        if constexpr (std::is_same_v<W, float>) {
+            if (implementation == kHand) {
+                gemv_f32(d.out.data(), d.x.data(), w, nullptr, n, k, m, stream);
+            } else {
+                cublas_product(blas.get(), d.out.data(), d.x.data(), w, n, k, m);
+            }
+        } else {
+            if (implementation == kHand) {
+                gemv_f16(d.out.data(), d.x.data(), w, nullptr, n, k, m, stream);
+            } else {
+                f32_to_f16(d.x_f16.data(), d.x.data(), static_cast<int64_t>(d.x.size()), stream);
+                cublas_product(blas.get(), d.out.data(), d.x_f16.data(), w, n, k, m);
+            }
+        }
+    });
+}
+
+template <class W>
+void register_shapes(const char* name) {
+    benchmark::internal::Benchmark* b = register_cuda_benchmark(name, gemv<W>, {"k", "m", "n", "impl"});
+    // {k, m}: a 1B-class Llama (dim 2048, kv 512, hidden 8192, vocab 32000): wq and wo, wk and wv, w_gate and
+    // w_up, w_down, the classifier.
+    const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {2048, 512}, {2048, 8192}, {8192, 2048}, {2048, 32000}};
+    for (const auto& [k, m] : shapes)
+        for (int64_t n : {int64_t{1}, int64_t{kGemvMaxRows}})
+            for (int64_t implementation : {kHand, kCublas}) b->Args({k, m, n, implementation});
+}
+
+}  // namespace
+
+void register_gemv_benchmarks() {
+    register_shapes<float>("cuda_gemv/f32");
+    register_shapes<uint16_t>("cuda_gemv/f16");
+}
+
+}  // namespace kvx::cuda::bench
