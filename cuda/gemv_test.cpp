@@ -59,28 +59,27 @@ void check_gemv(const GemvCase& c) {
     CHECK(relative_error(to_host(out), want16) <= kFp32Tolerance);
 }
 
-TEST_CASE("gemv_f32 and gemv_f16 match the reference for every row count and awkward depths") {
-    for (int n = 1; n <= kvx::cuda::kGemvMaxRows; ++n)
-        for (int k : {1, 7, 100, 576, 1536, 2049})
-            for (int m : {3, 49})
-                for (bool with_bias : {false, true}) check_gemv({n, k, m, with_bias, 0});
-}
-
-TEST_CASE("gemv covers one output row, rows past the last block's warps, and many blocks") {
-    for (int n : {1, 3, 5, 8})
-        for (int k : {7, 576, 2049})
-            for (int m : {1, 1000}) check_gemv({n, k, m, true, 0});
-}
-
-TEST_CASE("gemv takes the scalar path for unaligned weights and inputs at a vector-friendly depth") {
-    for (int n : {1, 2, 4, 7})
-        for (int k : {576, 1536}) check_gemv({n, k, 49, n % 2 == 0, 1});
-}
-
-TEST_CASE("gemv rejects row counts outside 1 .. kGemvMaxRows with kvx::Error") {
-    for (int n : {0, -1, kvx::cuda::kGemvMaxRows + 1}) {
-        CHECK_THROWS_AS(kvx::cuda::gemv_f32(nullptr, nullptr, nullptr, nullptr, n, 8, 8, nullptr), kvx::Error);
-        CHECK_THROWS_AS(kvx::cuda::gemv_f16(nullptr, nullptr, nullptr, nullptr, n, 8, 8, nullptr), kvx::Error);
+TEST_CASE("gemv_f32 and gemv_f16 match the reference matmul and add_bias") {
+    SECTION("gemv_f32 and gemv_f16 match the reference for every row count and awkward depths") {
+        for (int n = 1; n <= kvx::cuda::kGemvMaxRows; ++n)
+            for (int k : {1, 7, 100, 576, 1536, 2049})
+                for (int m : {3, 49})
+                    for (bool with_bias : {false, true}) check_gemv({n, k, m, with_bias, 0});
+    }
+    SECTION("gemv covers one output row, rows past the last block's warps, and many blocks") {
+        for (int n : {1, 3, 5, 8})
+            for (int k : {7, 576, 2049})
+                for (int m : {1, 1000}) check_gemv({n, k, m, true, 0});
+    }
+    SECTION("gemv takes the scalar path for unaligned weights and inputs at a vector-friendly depth") {
+        for (int n : {1, 2, 4, 7})
+            for (int k : {576, 1536}) check_gemv({n, k, 49, n % 2 == 0, 1});
+    }
+    SECTION("gemv rejects row counts outside 1 .. kGemvMaxRows with kvx::Error") {
+        for (int n : {0, -1, kvx::cuda::kGemvMaxRows + 1}) {
+            CHECK_THROWS_AS(kvx::cuda::gemv_f32(nullptr, nullptr, nullptr, nullptr, n, 8, 8, nullptr), kvx::Error);
+            CHECK_THROWS_AS(kvx::cuda::gemv_f16(nullptr, nullptr, nullptr, nullptr, n, 8, 8, nullptr), kvx::Error);
+        }
     }
 }
 

@@ -109,57 +109,57 @@ const CopyShape kCopyShapes[] = {
     {1, 4, 0},
 };
 
-TEST_CASE("copy_blocks copies every pair's K and V block and nothing else, bit for bit") {
-    const int num_blocks = 12;
-    // Sources 0..5 onto fresh blocks; no dst is a src. Block 11 is left alone.
-    const std::vector<BlockCopy> pairs = {{0, 7}, {3, 6}, {3, 10}, {5, 8}, {1, 9}};
-    for (const CopyShape& s : kCopyShapes) {
-        INFO("block elems " << s.elems << " elem bytes " << s.elem_bytes << " base offset " << s.base_offset);
-        const size_t block_bytes = static_cast<size_t>(s.elems) * static_cast<size_t>(s.elem_bytes);
-        const size_t cache_bytes = block_bytes * num_blocks;
-        std::vector<unsigned char> want_k = random_bytes(cache_bytes, 4), want_v = random_bytes(cache_bytes, 5);
-        OffsetBuffer<unsigned char> dk(want_k, s.base_offset), dv(want_v, s.base_offset);
-        auto dpairs = to_device(pairs);
-        reference.copy_blocks(want_k.data(), want_v.data(), pairs.data(), static_cast<int>(pairs.size()), s.elems,
-                              s.elem_bytes);
-        kvx::cuda::copy_blocks(dk.data(), dv.data(), dpairs.data(), static_cast<int>(pairs.size()), s.elems, s.elem_bytes,
-                               nullptr);
-        CHECK(count_bit_differences(dk.host(), want_k) == 0);
-        CHECK(count_bit_differences(dv.host(), want_v) == 0);
-    }
-}
-
-TEST_CASE("reorder_beams gathers whole beams of K and V, repeats included, bit for bit") {
-    const std::vector<std::vector<int32_t>> orders = {{0}, {1, 0}, {2, 0, 2, 1}, {3, 3, 3, 3, 0}};
-    for (const CopyShape& s : kCopyShapes) {
-        for (const std::vector<int32_t>& order : orders) {
-            INFO("beam elems " << s.elems << " elem bytes " << s.elem_bytes << " base offset " << s.base_offset
-                               << " beams " << order.size());
-            const int n_beams = static_cast<int>(order.size());
-            const size_t beam_bytes = static_cast<size_t>(s.elems) * static_cast<size_t>(s.elem_bytes);
-            const size_t old_beams = 4;
-            const std::vector<unsigned char> old_k = random_bytes(beam_bytes * old_beams, 6);
-            const std::vector<unsigned char> old_v = random_bytes(beam_bytes * old_beams, 7);
-            std::vector<unsigned char> want_k(beam_bytes * order.size()), want_v(beam_bytes * order.size());
-            reference.reorder_beams(want_k.data(), want_v.data(), old_k.data(), old_v.data(), order.data(), n_beams,
-                                    s.elems, s.elem_bytes);
-            OffsetBuffer<unsigned char> d_old_k(old_k, s.base_offset), d_old_v(old_v, s.base_offset);
-            OffsetBuffer<unsigned char> d_new_k(want_k.size(), s.base_offset), d_new_v(want_v.size(), s.base_offset);
-            auto d_order = to_device(order);
-            kvx::cuda::reorder_beams(d_new_k.data(), d_new_v.data(), d_old_k.data(), d_old_v.data(), d_order.data(), n_beams,
-                                     s.elems, s.elem_bytes, nullptr);
-            CHECK(count_bit_differences(d_new_k.host(), want_k) == 0);
-            CHECK(count_bit_differences(d_new_v.host(), want_v) == 0);
-            CHECK(count_bit_differences(d_old_k.host(), old_k) == 0);  // sources untouched
+TEST_CASE("copy_blocks and reorder_beams copy whole regions bit for bit") {
+    SECTION("copy_blocks copies every pair's K and V block and nothing else, bit for bit") {
+        const int num_blocks = 12;
+        // Sources 0..5 onto fresh blocks; no dst is a src. Block 11 is left alone.
+        const std::vector<BlockCopy> pairs = {{0, 7}, {3, 6}, {3, 10}, {5, 8}, {1, 9}};
+        for (const CopyShape& s : kCopyShapes) {
+            INFO("block elems " << s.elems << " elem bytes " << s.elem_bytes << " base offset " << s.base_offset);
+            const size_t block_bytes = static_cast<size_t>(s.elems) * static_cast<size_t>(s.elem_bytes);
+            const size_t cache_bytes = block_bytes * num_blocks;
+            std::vector<unsigned char> want_k = random_bytes(cache_bytes, 4), want_v = random_bytes(cache_bytes, 5);
+            OffsetBuffer<unsigned char> dk(want_k, s.base_offset), dv(want_v, s.base_offset);
+            auto dpairs = to_device(pairs);
+            reference.copy_blocks(want_k.data(), want_v.data(), pairs.data(), static_cast<int>(pairs.size()), s.elems,
+                                  s.elem_bytes);
+            kvx::cuda::copy_blocks(dk.data(), dv.data(), dpairs.data(), static_cast<int>(pairs.size()), s.elems, s.elem_bytes,
+                                   nullptr);
+            CHECK(count_bit_differences(dk.host(), want_k) == 0);
+            CHECK(count_bit_differences(dv.host(), want_v) == 0);
         }
     }
-}
-
-TEST_CASE("KV cache launches reject bad sizes with kvx::Error") {
-    CHECK_THROWS_AS(kvx::cuda::kv_append(nullptr, nullptr, KvDtype::f32, nullptr, nullptr, nullptr, 1, 1, 8, 0, nullptr),
-                    kvx::Error);
-    CHECK_THROWS_AS(kvx::cuda::copy_blocks(nullptr, nullptr, nullptr, -1, 8, 4, nullptr), kvx::Error);
-    CHECK_THROWS_AS(kvx::cuda::reorder_beams(nullptr, nullptr, nullptr, nullptr, nullptr, 2, 8, 0, nullptr), kvx::Error);
+    SECTION("reorder_beams gathers whole beams of K and V, repeats included, bit for bit") {
+        const std::vector<std::vector<int32_t>> orders = {{0}, {1, 0}, {2, 0, 2, 1}, {3, 3, 3, 3, 0}};
+        for (const CopyShape& s : kCopyShapes) {
+            for (const std::vector<int32_t>& order : orders) {
+                INFO("beam elems " << s.elems << " elem bytes " << s.elem_bytes << " base offset " << s.base_offset
+                                   << " beams " << order.size());
+                const int n_beams = static_cast<int>(order.size());
+                const size_t beam_bytes = static_cast<size_t>(s.elems) * static_cast<size_t>(s.elem_bytes);
+                const size_t old_beams = 4;
+                const std::vector<unsigned char> old_k = random_bytes(beam_bytes * old_beams, 6);
+                const std::vector<unsigned char> old_v = random_bytes(beam_bytes * old_beams, 7);
+                std::vector<unsigned char> want_k(beam_bytes * order.size()), want_v(beam_bytes * order.size());
+                reference.reorder_beams(want_k.data(), want_v.data(), old_k.data(), old_v.data(), order.data(), n_beams,
+                                        s.elems, s.elem_bytes);
+                OffsetBuffer<unsigned char> d_old_k(old_k, s.base_offset), d_old_v(old_v, s.base_offset);
+                OffsetBuffer<unsigned char> d_new_k(want_k.size(), s.base_offset), d_new_v(want_v.size(), s.base_offset);
+                auto d_order = to_device(order);
+                kvx::cuda::reorder_beams(d_new_k.data(), d_new_v.data(), d_old_k.data(), d_old_v.data(), d_order.data(), n_beams,
+                                         s.elems, s.elem_bytes, nullptr);
+                CHECK(count_bit_differences(d_new_k.host(), want_k) == 0);
+                CHECK(count_bit_differences(d_new_v.host(), want_v) == 0);
+                CHECK(count_bit_differences(d_old_k.host(), old_k) == 0);  // sources untouched
+            }
+        }
+    }
+    SECTION("KV cache launches reject bad sizes with kvx::Error") {
+        CHECK_THROWS_AS(kvx::cuda::kv_append(nullptr, nullptr, KvDtype::f32, nullptr, nullptr, nullptr, 1, 1, 8, 0, nullptr),
+                        kvx::Error);
+        CHECK_THROWS_AS(kvx::cuda::copy_blocks(nullptr, nullptr, nullptr, -1, 8, 4, nullptr), kvx::Error);
+        CHECK_THROWS_AS(kvx::cuda::reorder_beams(nullptr, nullptr, nullptr, nullptr, nullptr, 2, 8, 0, nullptr), kvx::Error);
+    }
 }
 
 }  // namespace
