@@ -111,8 +111,11 @@ __global__ void copy_regions_kernel(RegionCopies c, int n_regions) {
         src_index = c.source_index[region];
         dst_index = region;
     }
-    const Unit* src = reinterpret_cast<const Unit*>(c.src[cache] + src_index * c.region_bytes);
-    Unit* dst = reinterpret_cast<Unit*>(c.dst[cache] + dst_index * c.region_bytes);
+    // Selected, not indexed: an index into the parameter struct would copy it to local memory.
+    const unsigned char* src_base = cache == 0 ? c.src[0] : c.src[1];
+    unsigned char* dst_base = cache == 0 ? c.dst[0] : c.dst[1];
+    const Unit* src = reinterpret_cast<const Unit*>(src_base + src_index * c.region_bytes);
+    Unit* dst = reinterpret_cast<Unit*>(dst_base + dst_index * c.region_bytes);
     const int64_t units = c.region_bytes / static_cast<int64_t>(sizeof(Unit));
     const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.x;
     for (int64_t u = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; u < units; u += stride) dst[u] = src[u];
