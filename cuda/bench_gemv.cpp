@@ -1,16 +1,15 @@
 // The decode GEMV (gemv_f32, gemv_f16) against cuBLAS at the matrix shapes of a 1B-class Llama, for one
 // and for kGemvMaxRows rows of x: out [n][m] = x [n][k] . w [m][k]^T. cuBLAS is what the backend uses for
-// larger batches: cublasSgemm with CUBLAS_DEFAULT_MATH (no TF32, so results match the CPU) for fp32
-// weights; for fp16 weights, x converted to fp16 (f32_to_f16, counted in the call's time, as the backend
-// pays it on every product) and cublasGemmEx with fp16 A and B, fp32 C and CUBLAS_COMPUTE_32F.
+// larger batches, through the backend's own Blas (cuda/blas.h): cublasSgemm without TF32 for fp32 weights;
+// for fp16 weights x converted to fp16 (counted in the call's time, as the backend pays it on every
+// product) and cublasGemmEx with fp32 accumulation.
 //
 // The implementation is the last argument (0 hand GEMV, 1 cuBLAS), so the two runs of one shape follow
 // each other. bytes = the weight bytes the call reads (x and out are a rounding error next to them).
-#include <cublas_v2.h>
-
 #include <type_traits>
 
 #include "cuda/bench_timing.h"
+#include "cuda/blas.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"
 
@@ -18,23 +17,6 @@ namespace kvx::cuda::bench {
 namespace {
 
 enum Implementation : int64_t { kHand = 0, kCublas = 1 };
-
-class BlasHandle {
-public:
-    explicit BlasHandle(cudaStream_t stream) {
-        check(cublasCreate(&handle_), "cublasCreate");
-        check(cublasSetStream(handle_, stream), "cublasSetStream");
-        check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    }
-    ~BlasHandle() { cublasDestroy(handle_); }
-    BlasHandle(const BlasHandle&) = delete;
-    BlasHandle& operator=(const BlasHandle&) = delete;
-
-    cublasHandle_t get() const { return handle_; }
-
-private:
-    cublasHandle_t handle_ = nullptr;
-};
 
 // W: float (fp32 weights) or uint16_t (fp16 bits). `copies` matrices the calls cycle through, together
 // larger than the L2.
@@ -63,19 +45,6 @@ GemvData<W> make_data(int n, int k, int m) {
     return d;
 }
 
-// cuBLAS is column-major: out^T [m][n] = (w as a k x m column-major matrix)^T . (x as k x n).
-void cublas_product(cublasHandle_t handle, float* out, const float* x, const float* w, int n, int k, int m) {
-    const float one = 1.0f, zero = 0.0f;
-    check(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, k, x, k, &zero, out, m), "cublasSgemm");
-}
-
-void cublas_product(cublasHandle_t handle, float* out, const uint16_t* x_f16, const uint16_t* w, int n, int k, int m) {
-    const float one = 1.0f, zero = 0.0f;
-    check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16F, k, x_f16, CUDA_R_16F, k,
-                       &zero, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
-}
-
 // Arguments: k (in_features), m (out_features), n (rows of x), implementation.
 template <class W>
 void gemv(benchmark::State& state) {
@@ -84,7 +53,7 @@ void gemv(benchmark::State& state) {
     const int n = static_cast<int>(state.range(2));
     const auto implementation = static_cast<Implementation>(state.range(3));
     GemvData<W> d = make_data<W>(n, k, m);
-    const BlasHandle blas(bench_stream());
+    Blas blas(bench_stream());  // the backend's own cuBLAS path
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
 
     run_timed(state, d.copies, static_cast<double>(matrix * sizeof(W)), [&](int copy, cudaStream_t stream) {
@@ -93,14 +62,13 @@ void gemv(benchmark::State& state) {
             if (implementation == kHand) {
                 gemv_f32(d.out.data(), d.x.data(), w, nullptr, n, k, m, stream);
             } else {
-                cublas_product(blas.get(), d.out.data(), d.x.data(), w, n, k, m);
+                blas.matmul_f32(d.out.data(), d.x.data(), w, n, k, m);
             }
         } else {
             if (implementation == kHand) {
                 gemv_f16(d.out.data(), d.x.data(), w, nullptr, n, k, m, stream);
             } else {
-                f32_to_f16(d.x_f16.data(), d.x.data(), static_cast<int64_t>(d.x.size()), stream);
-                cublas_product(blas.get(), d.out.data(), d.x_f16.data(), w, n, k, m);
+                blas.matmul_f16(d.out.data(), d.x.data(), w, d.x_f16.data(), n, k, m);
             }
         }
     });

@@ -1,6 +1,9 @@
 #include "cuda/blas.h"
 
+#include <string>
+
 #include "cuda/cuda_kernels.h"
+#include "engine/error.h"
 
 namespace kvx::cuda {
 namespace {
@@ -9,6 +12,12 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 }  // namespace
+
+void check(cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        throw Error(std::string("cuBLAS error in ") + what + " (" + cublasGetStatusName(status) + ": " +
+                    cublasGetStatusString(status) + ")");
+}
 
 Blas::Blas(cudaStream_t stream) : stream_(stream), workspace_(kWorkspaceBytes) {
     check(cublasCreate(&handle_), "cublasCreate");

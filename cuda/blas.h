@@ -12,6 +12,9 @@
 
 namespace kvx::cuda {
 
+// Throws kvx::Error "cuBLAS error in WHAT: ..." unless status is CUBLAS_STATUS_SUCCESS.
+void check(cublasStatus_t status, const char* what);
+
 class Blas {
 public:
     explicit Blas(cudaStream_t stream);

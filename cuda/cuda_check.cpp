@@ -12,12 +12,6 @@ void check(cudaError_t status, const char* what) {
     if (status != cudaSuccess) throw Error(std::string("CUDA error in ") + what + " (" + describe(status) + ")");
 }
 
-void check(cublasStatus_t status, const char* what) {
-    if (status != CUBLAS_STATUS_SUCCESS)
-        throw Error(std::string("cuBLAS error in ") + what + " (" + cublasGetStatusName(status) + ": " +
-                    cublasGetStatusString(status) + ")");
-}
-
 void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 
 }  // namespace kvx::cuda

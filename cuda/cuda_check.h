@@ -1,8 +1,7 @@
-// CUDA and cuBLAS status codes turned into kvx::Error, so that a failed allocation or launch reaches the
+// CUDA status codes turned into kvx::Error, so that a failed allocation or launch reaches the
 // user as one sentence naming the call, not as a crash. Every runtime call in cuda/ goes through these.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -11,7 +10,6 @@ namespace kvx::cuda {
 
 // Throws kvx::Error "CUDA error in WHAT: <cudaGetErrorString>" unless status is cudaSuccess.
 void check(cudaError_t status, const char* what);
-void check(cublasStatus_t status, const char* what);
 
 // After a kernel launch: reports a bad launch configuration at once (the launch itself returns nothing).
 void check_launch(const char* kernel);
