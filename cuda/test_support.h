@@ -25,7 +25,7 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 
 inline std::vector<uint16_t> to_f16(std::span<const float> v) {
     std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) h[i] = kvx::f32_to_f16(v[i]);
     return h;
 }
 
@@ -78,7 +78,7 @@ inline double relative_error(std::span<const float> got, std::span<const float> 
 
 inline std::vector<float> f16_to_floats(std::span<const uint16_t> h) {
     std::vector<float> v(h.size());
-    for (size_t i = 0; i < h.size(); ++i) v[i] = f16_to_f32(h[i]);
+    for (size_t i = 0; i < h.size(); ++i) v[i] = kvx::f16_to_f32(h[i]);
     return v;
 }
 
