@@ -278,7 +278,7 @@ void check_paged(const PagedBatch& b, const Launch& how) {
 
 // ---- Planning ----
 
-TEST_CASE("paged attention tiles cover every (row, head) exactly once", "[cuda][attention]") {
+TEST_CASE("paged attention tiles cover every row and head exactly once", "[cuda][attention]") {
     const std::vector<std::vector<int32_t>> batches = {
         {},
         {0},
@@ -364,7 +364,7 @@ TEST_CASE("paged attention partitions cover the longest span in whole chunks and
 
 // ---- Paged attention ----
 
-TEST_CASE("paged attention of decode batches matches the reference for each head dim, block size and KV dtype",
+TEST_CASE("paged attention of decode batches matches the reference for each head dim and block size and KV dtype",
           "[cuda][attention]") {
     uint32_t seed = 100;
     for (int head_dim : {8, 64, 80, 128, 256}) {
@@ -379,7 +379,7 @@ TEST_CASE("paged attention of decode batches matches the reference for each head
     }
 }
 
-TEST_CASE("paged attention matches the reference for GQA groups 1, 3, 4 and 32", "[cuda][attention]") {
+TEST_CASE("paged attention matches the reference for GQA groups 1 3 4 and 32", "[cuda][attention]") {
     uint32_t seed = 200;
     // (n_heads, n_kv_heads): MHA, 9 heads over 3, Llama-style 4, MQA whose 32 heads split across two tiles
     for (auto [n_heads, n_kv_heads] : {std::pair{4, 4}, {9, 3}, {8, 2}, {32, 1}}) {
@@ -394,7 +394,7 @@ TEST_CASE("paged attention matches the reference for GQA groups 1, 3, 4 and 32",
     }
 }
 
-TEST_CASE("paged attention of a prefill chunk appended to a cache, batched with decode rows", "[cuda][attention]") {
+TEST_CASE("paged attention of a prefill chunk appended to a cache and batched with decode rows", "[cuda][attention]") {
     uint32_t seed = 300;
     for (auto [n_heads, n_kv_heads] : {std::pair{2, 2}, {9, 3}, {8, 2}}) {
         for (int block_size : {1, 16, 64}) {
@@ -528,7 +528,7 @@ std::vector<float> contiguous_copy(const PagedBatch& b, const std::vector<float>
     return region;
 }
 
-TEST_CASE("contiguous attention matches the reference with and without partitions, and the paged kernel",
+TEST_CASE("contiguous attention matches the reference with and without partitions and the paged kernel bit for bit",
           "[cuda][attention]") {
     uint32_t seed = 700;
     for (auto [n_heads, n_kv_heads] : {std::pair{2, 2}, {8, 2}}) {
