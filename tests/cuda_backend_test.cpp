@@ -265,9 +265,10 @@ TEST_CASE("CUDA sequences batched in one pass get the CPU backend's logits", "[c
 }
 
 TEST_CASE("SmolLM2-135M on CUDA matches ONNX Runtime's logits and greedy tokens", "[cuda][smollm2][ort]") {
-    const char* dir = std::getenv("KVX_SMOLLM2_DIR");
-    if (!dir || !*dir || !std::filesystem::exists(std::filesystem::path(dir).parent_path() / "meta.json")) {
-        WARN("SmolLM2 fixture absent (KVX_SMOLLM2_DIR unset or not made): this case checks nothing");
+    const char* env = std::getenv("KVX_SMOLLM2_DIR");
+    const std::string dir = env && *env ? env : KVX_SMOLLM2_DIR;
+    if (!std::filesystem::exists(std::filesystem::path(dir).parent_path() / "meta.json")) {
+        WARN("no SmolLM2 fixture at " << dir << " (ctest's full run makes it): this case checks nothing");
         return;
     }
     const std::string fixture = std::filesystem::path(dir).parent_path().string();
