@@ -45,15 +45,17 @@ std::vector<float> kv_values(size_t n, uint32_t seed) {
 
 struct AppendShape {
     int n_rows, n_kv_heads, head_dim, block_size, num_blocks;
+    size_t input_offset;  // elements before k and v: 1 forces the scalar path at a head_dim that divides by 4
 };
 
 TEST_CASE("kv_append writes fp32 and fp16 caches as the reference does, skipping slot -1") {
-    const AppendShape shapes[] = {{1, 1, 8, 1, 2},   {5, 3, 48, 16, 3}, {4, 2, 80, 5, 4}, {6, 2, 100, 4, 3},
-                                  {3, 1, 6, 3, 2},   {7, 4, 64, 2, 5},  {2, 2, 7, 16, 1}, {9, 1, 128, 8, 2}};
+    const AppendShape shapes[] = {{1, 1, 8, 1, 2, 0},  {5, 3, 48, 16, 3, 0}, {4, 2, 80, 5, 4, 0}, {6, 2, 100, 4, 3, 0},
+                                  {3, 1, 6, 3, 2, 0},  {7, 4, 64, 2, 5, 0},  {2, 2, 7, 16, 1, 0}, {9, 1, 128, 8, 2, 0},
+                                  {4, 2, 80, 5, 4, 1}};
     for (const AppendShape& s : shapes) {
         for (KvDtype dtype : {KvDtype::f32, KvDtype::f16}) {
             INFO("rows " << s.n_rows << " kv heads " << s.n_kv_heads << " head_dim " << s.head_dim << " block_size "
-                         << s.block_size << (dtype == KvDtype::f16 ? " fp16" : " fp32"));
+                         << s.block_size << " input offset " << s.input_offset << (dtype == KvDtype::f16 ? " fp16" : " fp32"));
             const size_t row_elems = static_cast<size_t>(s.n_kv_heads) * static_cast<size_t>(s.head_dim);
             const size_t cache_elems = static_cast<size_t>(s.num_blocks) * static_cast<size_t>(s.block_size) * row_elems;
             const std::vector<float> k = kv_values(static_cast<size_t>(s.n_rows) * row_elems, 1);
@@ -65,7 +67,7 @@ TEST_CASE("kv_append writes fp32 and fp16 caches as the reference does, skipping
             std::vector<int64_t> slots;
             for (int r = 0; r < s.n_rows; ++r) slots.push_back(r % 3 == 1 ? -1 : all_slots[static_cast<size_t>(r)]);
 
-            auto dk = to_device(k), dv = to_device(v);
+            OffsetBuffer<float> dk(k, s.input_offset), dv(v, s.input_offset);
             auto dslots = to_device(slots);
             if (dtype == KvDtype::f32) {
                 std::vector<float> want_k(cache_elems), want_v(cache_elems);
