@@ -241,12 +241,7 @@ void DecoderCudaBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, 
     const ModelConfig& c = s.model.config;
     const auto n_layers = static_cast<size_t>(c.n_layers);
     s.groups = groups;
-    s.layer_group.assign(n_layers, groups.size());
-    for (size_t g = 0; g < groups.size(); ++g)
-        for (int32_t layer : groups[g].layers) s.layer_group.at(static_cast<size_t>(layer)) = g;
-    for (size_t layer = 0; layer < n_layers; ++layer)
-        if (s.layer_group[layer] == groups.size())
-            throw Error("internal: layer " + std::to_string(layer) + " is in no KV cache group");
+    s.layer_group = group_of_each_layer(groups, c.n_layers);
     s.block_size = block_size;
     s.kv_elem_bytes = s.options.kv_dtype == KvDtype::f16 ? sizeof(uint16_t) : sizeof(float);
     s.block_elems = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);

@@ -43,6 +43,17 @@ KvCacheGroups::KvCacheGroups(int32_t block_size, std::vector<LayerGroupSpec> gro
     }
 }
 
+std::vector<size_t> group_of_each_layer(const std::vector<LayerGroupSpec>& groups, int32_t n_layers) {
+    const auto n = static_cast<size_t>(n_layers);
+    std::vector<size_t> group(n, groups.size());
+    for (size_t g = 0; g < groups.size(); ++g)
+        for (int32_t layer : groups[g].layers) group.at(static_cast<size_t>(layer)) = g;
+    for (size_t layer = 0; layer < n; ++layer)
+        if (group[layer] == groups.size())
+            throw Error("internal: layer " + std::to_string(layer) + " is in no KV cache group");
+    return group;
+}
+
 size_t KvCacheGroups::group_of_layer(int32_t layer) const {
     for (size_t g = 0; g < specs_.size(); ++g)
         if (std::find(specs_[g].layers.begin(), specs_[g].layers.end(), layer) != specs_[g].layers.end()) return g;

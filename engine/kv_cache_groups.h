@@ -45,6 +45,10 @@ struct LayerGroupSpec {
 std::vector<LayerGroupSpec> layer_groups(int32_t n_layers, int32_t window, const std::vector<int32_t>& windowed_layers,
                                          int32_t full_blocks, int32_t window_blocks);
 
+// [n_layers]: the index in `groups` of the group each layer belongs to, the lookup a backend makes per layer.
+// Throws kvx::Error (internal) for a layer in no group or out of range.
+std::vector<size_t> group_of_each_layer(const std::vector<LayerGroupSpec>& groups, int32_t n_layers);
+
 class KvCacheGroups {
 public:
     // Throws kvx::Error for no group, a layer in two groups, or what KvCacheManager refuses.

@@ -29,12 +29,7 @@ void DecoderHostBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, 
     const ModelConfig& c = model_.config;
     const auto n_layers = static_cast<size_t>(c.n_layers);
     groups_ = groups;
-    layer_group_.assign(n_layers, groups.size());
-    for (size_t g = 0; g < groups.size(); ++g)
-        for (int32_t layer : groups[g].layers) layer_group_.at(static_cast<size_t>(layer)) = g;
-    for (size_t layer = 0; layer < n_layers; ++layer)
-        if (layer_group_[layer] == groups.size())
-            throw Error("internal: layer " + std::to_string(layer) + " is in no KV cache group");
+    layer_group_ = group_of_each_layer(groups, c.n_layers);
     block_size_ = block_size;
     block_elems_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
     k_cache_.clear();
