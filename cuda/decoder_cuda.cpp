@@ -324,10 +324,9 @@ int32_t DecoderCudaBackend::forward_sample(const ForwardBatch& batch, const Samp
 }
 
 void DecoderCudaBackend::State::run_pass(const ForwardBatch& batch) {
-    State& s = *this;
-    if (s.groups.empty()) throw Error("internal: forward before allocate_kv");
-    if (batch.groups.size() != s.groups.size()) throw Error("internal: the batch's layer groups are not the cache's");
-    const ModelConfig& c = s.model.config;
+    if (groups.empty()) throw Error("internal: forward before allocate_kv");
+    if (batch.groups.size() != groups.size()) throw Error("internal: the batch's layer groups are not the cache's");
+    const ModelConfig& c = model.config;
     const int32_t n = batch.n_rows();
     if (n == 0) return;
 
@@ -348,19 +347,19 @@ void DecoderCudaBackend::State::run_pass(const ForwardBatch& batch) {
     for (size_t g = 0; g < batch.groups.size(); ++g) {
         const int32_t stride = table_bucket(batch.groups[g].table_stride);
         shape.table_strides.push_back(stride);
-        int max_span = stride * s.block_size;
-        if (s.groups[g].window > 0) max_span = std::min(max_span, s.groups[g].window + n);
-        partitions.push_back(plan_attention_partitions(shape.n_tiles, c.n_kv_heads, max_span, s.sm_count, max_partitions));
+        int max_span = stride * block_size;
+        if (groups[g].window > 0) max_span = std::min(max_span, groups[g].window + n);
+        partitions.push_back(plan_attention_partitions(shape.n_tiles, c.n_kv_heads, max_span, sm_count, max_partitions));
         workspace_floats = std::max(workspace_floats,
                                     attention_workspace_floats(n, c.n_heads, c.head_dim, partitions.back().n_partitions));
     }
 
-    s.ensure_scratch(n, workspace_floats);
-    const StagedBatch staged = s.staging.stage(batch, tiles, shape, s.stream);
-    const uint64_t generation = (s.scratch_generation << 32) | s.staging.generation();
-    auto enqueue = [&] { s.enqueue_forward(staged, shape, partitions); };
-    if (s.options.cuda_graphs)
-        s.graphs.run(shape, generation, s.stream, enqueue);
+    ensure_scratch(n, workspace_floats);
+    const StagedBatch staged = staging.stage(batch, tiles, shape, stream);
+    const uint64_t generation = (scratch_generation << 32) | staging.generation();
+    auto enqueue = [&] { enqueue_forward(staged, shape, partitions); };
+    if (options.cuda_graphs)
+        graphs.run(shape, generation, stream, enqueue);
     else
         enqueue();
 }
