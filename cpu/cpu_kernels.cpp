@@ -1,12 +1,10 @@
-// Which SIMD levels this machine runs, and the choice of one, explicit or from KVX_SIMD.
+// Which SIMD levels this machine runs, and the kernel table of each.
 #include "cpu/cpu_kernels.h"
 
-#include <cstdlib>
-#include <stdexcept>
 #include <string>
-#include <string_view>
 
 #include "cpu/isa_kernel_tables.h"
+#include "kernels/error.h"
 
 #if KVX_CPU_X86_SIMD
 #include <cpuid.h>
@@ -73,11 +71,16 @@ std::vector<SimdLevel> supported_simd_levels() {
 
 SimdLevel best_simd_level() { return supported_simd_levels().back(); }
 
+std::optional<SimdLevel> simd_level_named(std::string_view name) {
+    for (SimdLevel level : kAllLevels)
+        if (name == simd_level_name(level)) return level;
+    return std::nullopt;
+}
+
 const KernelTable& cpu_kernels(SimdLevel level) {
-    if (!machine_runs(level)) {
-        throw std::runtime_error(std::string("kvx: this machine cannot run the ") + simd_level_name(level) +
-                                 " CPU kernels (supported: " + supported_names() + ")");
-    }
+    if (!machine_runs(level))
+        throw Error(std::string("this machine cannot run the ") + simd_level_name(level) + " CPU kernels (supported: " +
+                    supported_names() + ")");
     switch (level) {
 #if KVX_CPU_X86_SIMD
         case SimdLevel::avx512:
@@ -88,23 +91,6 @@ const KernelTable& cpu_kernels(SimdLevel level) {
         default:
             return portable::kernel_table();
     }
-}
-
-const KernelTable& cpu_kernels_from_env() {
-    const char* value = std::getenv("KVX_SIMD");
-    const std::string_view requested = value != nullptr ? value : "";
-    if (requested.empty() || requested == "auto") return cpu_kernels(best_simd_level());
-    for (SimdLevel level : kAllLevels) {
-        if (requested != simd_level_name(level)) continue;
-        if (!machine_runs(level)) {
-            throw std::runtime_error("kvx: KVX_SIMD=" + std::string(requested) +
-                                     ": this machine cannot run that level (supported: " + supported_names() + ")");
-        }
-        return cpu_kernels(level);
-    }
-    throw std::runtime_error("kvx: KVX_SIMD=" + std::string(requested) +
-                             " is not a SIMD level (use auto, avx512, avx2 or portable; this machine supports: " +
-                             supported_names() + ")");
 }
 
 }  // namespace kvx::cpu

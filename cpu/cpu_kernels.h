@@ -5,6 +5,8 @@
 // exists.
 #pragma once
 
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -17,8 +19,11 @@ enum class SimdLevel {
     avx512,    // AVX-512F + FMA + F16C, 16 fp32 lanes
 };
 
-// "portable", "avx2", "avx512": also the values KVX_SIMD accepts.
+// "portable", "avx2", "avx512": also the values --simd and KVX_SIMD accept.
 const char* simd_level_name(SimdLevel level);
+
+// The level simd_level_name gives `name`, or nothing for any other name.
+std::optional<SimdLevel> simd_level_named(std::string_view name);
 
 // The levels this machine (CPU and operating system) can run, narrowest first; portable is always there.
 std::vector<SimdLevel> supported_simd_levels();
@@ -26,12 +31,8 @@ std::vector<SimdLevel> supported_simd_levels();
 // The widest supported level.
 SimdLevel best_simd_level();
 
-// The kernels of one level. Throws std::runtime_error naming the level if this machine cannot run it.
+// The kernels of one level. Throws kvx::Error naming the level and the supported ones if this machine
+// cannot run it.
 const KernelTable& cpu_kernels(SimdLevel level);
-
-// The kernels of the level named by the environment variable KVX_SIMD: unset, empty or "auto" for the best
-// level, else "avx512", "avx2" or "portable". Throws std::runtime_error with a one-line message naming the
-// value and the supported levels if the value is unknown or names a level this machine cannot run.
-const KernelTable& cpu_kernels_from_env();
 
 }  // namespace kvx::cpu

@@ -12,7 +12,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
+#include "kernels/error.h"
 #include "kernels/f16.h"
 #include "kernels/kernels.h"
 
@@ -119,33 +119,6 @@ public:
 
 private:
     int saved_;
-};
-
-// Sets (or, with nullptr, unsets) an environment variable for one scope.
-class EnvVar {
-public:
-    EnvVar(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) {
-            saved_ = old;
-            had_value_ = true;
-        }
-        set(value);
-    }
-    ~EnvVar() { set(had_value_ ? saved_.c_str() : nullptr); }
-    EnvVar(const EnvVar&) = delete;
-    EnvVar& operator=(const EnvVar&) = delete;
-
-private:
-    void set(const char* value) {
-        if (value != nullptr) {
-            setenv(name_.c_str(), value, 1);
-        } else {
-            unsetenv(name_.c_str());
-        }
-    }
-    std::string name_;
-    std::string saved_;
-    bool had_value_ = false;
 };
 
 // ---- matmul, matmul_f16 ------------------------------------------------------------------------------
@@ -1047,29 +1020,25 @@ TEST_CASE("supported levels start with portable and end with the best", "[dispat
     }
 }
 
-TEST_CASE("KVX_SIMD forces a level, defaults to the best, rejects the unknown", "[dispatch]") {
-    const std::string best = std::string("cpu-") + kvx::cpu::simd_level_name(kvx::cpu::best_simd_level());
-    {
-        const EnvVar unset("KVX_SIMD", nullptr);
-        CHECK(kvx::cpu::cpu_kernels_from_env().name == best);
-    }
-    {
-        const EnvVar automatic("KVX_SIMD", "auto");
-        CHECK(kvx::cpu::cpu_kernels_from_env().name == best);
-    }
+TEST_CASE("a level is named as simd_level_name names it; another name is none", "[dispatch]") {
+    for (SimdLevel level : kAllLevels) CHECK(kvx::cpu::simd_level_named(kvx::cpu::simd_level_name(level)) == level);
+    for (const char* other : {"", "auto", "reference", "AVX2", "avx", "bogus"})
+        CHECK_FALSE(kvx::cpu::simd_level_named(other).has_value());
+}
+
+TEST_CASE("a level the machine cannot run is refused with kvx::Error, in a sentence without a program prefix",
+          "[dispatch]") {
     for (SimdLevel level : kAllLevels) {
-        const std::string name = kvx::cpu::simd_level_name(level);
-        const EnvVar forced("KVX_SIMD", name.c_str());
-        if (machine_runs(level)) {
-            CHECK(kvx::cpu::cpu_kernels_from_env().name == "cpu-" + name);
-        } else {
-            CHECK_THROWS_WITH(kvx::cpu::cpu_kernels_from_env(), Catch::Matchers::Contains(name));
+        if (machine_runs(level)) continue;
+        try {
+            kvx::cpu::cpu_kernels(level);
+            FAIL("cpu_kernels accepted a level this machine cannot run");
+        } catch (const kvx::Error& e) {
+            const std::string message = e.what();
+            CHECK(message.find(kvx::cpu::simd_level_name(level)) != std::string::npos);
+            CHECK(message.find("supported: portable") != std::string::npos);
+            CHECK(message.rfind("kvx:", 0) == std::string::npos);
         }
-    }
-    {
-        const EnvVar bogus("KVX_SIMD", "bogus");
-        CHECK_THROWS_WITH(kvx::cpu::cpu_kernels_from_env(),
-                          Catch::Matchers::Contains("bogus") && Catch::Matchers::Contains("portable"));
     }
 }
 

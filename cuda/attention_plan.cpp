@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cuda/cuda_kernels.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 namespace {

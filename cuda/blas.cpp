@@ -3,7 +3,7 @@
 #include <string>
 
 #include "cuda/cuda_kernels.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 namespace {

@@ -1,6 +1,6 @@
 #include "cuda/cuda_check.h"
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 

@@ -10,7 +10,7 @@
 #include "cuda/device_probe.h"
 #include "cuda/device_weights.h"
 #include "cuda/graph_cache.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 namespace {

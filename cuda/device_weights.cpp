@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 

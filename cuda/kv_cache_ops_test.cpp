@@ -15,7 +15,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/test_buffers.h"
 #include "cuda/test_support.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/kernels.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 

@@ -49,7 +49,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cuda {
 

@@ -13,7 +13,7 @@
 
 #include "cuda/cuda_kernels.h"
 #include "cuda/test_support.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/sampler.h"
 
 namespace {

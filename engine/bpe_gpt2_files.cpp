@@ -2,7 +2,7 @@
 #include <fstream>
 
 #include "engine/bpe_spec.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

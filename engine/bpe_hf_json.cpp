@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "engine/bpe_spec.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

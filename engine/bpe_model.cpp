@@ -4,7 +4,7 @@
 #include <queue>
 
 #include "engine/byte_level.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

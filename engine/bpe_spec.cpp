@@ -3,7 +3,7 @@
 #include <fstream>
 #include <memory>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

@@ -1,6 +1,6 @@
 #include "engine/chat_session.h"
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

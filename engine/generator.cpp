@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/speculative.h"
 
 namespace kvx {

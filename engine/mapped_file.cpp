@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/f16.h"
 
 namespace kvx {

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

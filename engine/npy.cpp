@@ -4,7 +4,7 @@
 #include <fstream>
 #include <regex>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

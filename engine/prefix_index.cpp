@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

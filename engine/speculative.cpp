@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/prompt_lookup.h"
 
 namespace kvx {

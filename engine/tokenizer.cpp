@@ -1,6 +1,6 @@
 #include "engine/tokenizer.h"
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/tokenizer_bpe.h"
 #include "engine/tokenizer_llama2c.h"
 

@@ -3,7 +3,7 @@
 #include <unordered_set>
 
 #include "engine/byte_level.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/utf8.h"
 
 namespace kvx {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <limits>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

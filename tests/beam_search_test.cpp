@@ -15,7 +15,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "engine/beam_search.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/sampler.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/chat_session.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 

@@ -4,7 +4,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <random>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"

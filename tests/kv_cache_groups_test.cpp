@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/kv_cache_groups.h"
 #include "kv_cache_support.h"
 

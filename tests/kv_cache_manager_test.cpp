@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/kv_cache_manager.h"
 #include "kv_cache_support.h"
 

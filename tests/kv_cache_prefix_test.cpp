@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/kv_cache_manager.h"
 #include "kv_cache_support.h"
 

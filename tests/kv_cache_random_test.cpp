@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/kv_cache_manager.h"
 
 using namespace kvx;

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <map>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/sampler.h"
 
 using namespace kvx;

@@ -12,7 +12,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/generator.h"
 #include "engine/prompt_lookup.h"
 #include "engine/speculative.h"

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/byte_level.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
 #include "engine/tokenizer_bpe.h"

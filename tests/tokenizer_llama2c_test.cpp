@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/tokenizer_llama2c.h"
 
 using namespace kvx;

@@ -12,7 +12,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/model_config.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"

@@ -23,7 +23,7 @@
 #include "cuda/decoder_cuda.h"
 #include "cuda/device_probe.h"
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "tools/bench/cuda_decode_run.h"
 #include "tools/bench/random_llama.h"
 

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -88,25 +89,20 @@ Options take_own_flags(int& argc, char** argv) {
     return options;
 }
 
-std::string supported_names() {
-    std::string names;
-    for (SimdLevel level : kvx::cpu::supported_simd_levels())
-        names += (names.empty() ? "" : ", ") + std::string(kvx::cpu::simd_level_name(level));
-    return names;
-}
-
-// --simd names the level; without it KVX_SIMD decides as it does for kvx itself (the level is the one whose
-// table cpu_kernels_from_env picks).
-SimdLevel chosen_level(const std::string& simd) {
+// --simd names the level; without it KVX_SIMD decides as it does for kvx itself (unset, empty or "auto": the
+// best level this machine runs).
+SimdLevel chosen_level(std::string simd) {
+    if (simd.empty())
+        if (const char* env = std::getenv("KVX_SIMD")) simd = env;
+    if (simd.empty() || simd == "auto") return kvx::cpu::best_simd_level();
+    const std::optional<SimdLevel> level = kvx::cpu::simd_level_named(simd);
+    if (!level) fail("unknown SIMD level '" + simd + "' (use auto, avx512, avx2 or portable)");
     try {
-        const kvx::KernelTable* from_env = simd.empty() ? &kvx::cpu::cpu_kernels_from_env() : nullptr;
-        for (SimdLevel level : kvx::cpu::supported_simd_levels())
-            if (simd.empty() ? &kvx::cpu::cpu_kernels(level) == from_env : simd == kvx::cpu::simd_level_name(level))
-                return level;
+        kvx::cpu::cpu_kernels(*level);  // throws when this machine cannot run it
     } catch (const std::exception& e) {
         fail(e.what());
     }
-    fail("--simd " + simd + " is not a level this machine runs (supported: " + supported_names() + ")");
+    return *level;
 }
 
 }  // namespace

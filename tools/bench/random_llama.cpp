@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/f16.h"
 
 namespace kvx::bench {

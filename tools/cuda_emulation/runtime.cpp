@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include "engine/error.h"
+#include "kernels/error.h"
 extern "C" {
 // 256-byte aligned as cudaMalloc's, exact size so ASan sees one element past the end.
 cudaError_t cudaMalloc(void** p, size_t n) { return posix_memalign(p, 256, n ? n : 1) == 0 ? cudaSuccess : cudaErrorMemoryAllocation; }

@@ -2,10 +2,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <omp.h>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "kernels/kernels.h"
 #include "models/decoder_host.h"
 #ifdef KVX_WITH_CUDA
@@ -18,8 +19,7 @@ namespace {
 const KernelTable& kernels_for(const std::string& simd) {
     if (simd == "reference") return reference_kernels();
     if (simd == "auto") return cpu::cpu_kernels(cpu::best_simd_level());
-    for (cpu::SimdLevel level : {cpu::SimdLevel::avx512, cpu::SimdLevel::avx2, cpu::SimdLevel::portable})
-        if (simd == cpu::simd_level_name(level)) return cpu::cpu_kernels(level);
+    if (const std::optional<cpu::SimdLevel> level = cpu::simd_level_named(simd)) return cpu::cpu_kernels(*level);
     throw Error("unknown --simd '" + simd + "' (use auto, avx512, avx2, portable or reference)");
 }
 

@@ -8,7 +8,7 @@
 
 #include "cache_report.h"
 #include "engine/beam_search.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cli {
 namespace {

@@ -17,7 +17,7 @@
 #include "cache_report.h"
 #include "commands.h"
 #include "engine/chat_session.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"
 #include "speculative_options.h"

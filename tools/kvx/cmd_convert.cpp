@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cli {
 namespace {

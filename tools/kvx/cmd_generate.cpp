@@ -8,7 +8,7 @@
 #include "beam_generate.h"
 #include "cache_report.h"
 #include "commands.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "sampling_options.h"

@@ -5,7 +5,7 @@
 
 #include "backend_choice.h"
 #include "commands.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/npy.h"
 #include "engine/position_logits.h"
 #include "engine/tokenizer.h"

@@ -6,7 +6,7 @@
 
 #include "backend_choice.h"
 #include "commands.h"
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "text_file.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 #include "engine/prompt_lookup.h"
 #include "engine/speculative.h"
 

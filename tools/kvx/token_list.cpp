@@ -3,7 +3,7 @@
 #include <climits>
 #include <sstream>
 
-#include "engine/error.h"
+#include "kernels/error.h"
 
 namespace kvx::cli {
 namespace {
