@@ -1,7 +1,7 @@
 // kvx-bench: every CPU kernel's speed against the machine's ceilings, in Google Benchmark's console and
-// JSON formats (the benchmarks themselves sit beside their kernels: cpu/bench_*.cpp, engine/bench_*.cpp),
-// and, in a build with CUDA and where a device is usable, every CUDA kernel's against the device's copy
-// bandwidth (cuda/bench_*.cpp).
+// JSON formats (the benchmarks themselves are tools/bench/cpu/ and tools/bench/engine/), and, in a build
+// with CUDA and where a device is usable, every CUDA kernel's against the device's copy bandwidth
+// (tools/bench/cuda/).
 //
 //   kvx-bench [--simd LEVEL] [--ceiling_mib N] [--ceiling_passes N] [--ceiling_quick] [Google Benchmark flags]
 //
@@ -30,7 +30,7 @@
 #include "tools/bench/bench_support.h"
 #include "tools/bench/machine_ceiling.h"
 #if KVX_WITH_CUDA
-#include "cuda/cuda_benchmarks.h"
+#include "tools/bench/cuda/cuda_benchmarks.h"
 #endif
 
 namespace {

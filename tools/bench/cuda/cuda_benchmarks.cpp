@@ -1,10 +1,10 @@
-#include "cuda/cuda_benchmarks.h"
+#include "tools/bench/cuda/cuda_benchmarks.h"
 
 #include <cstdio>
 #include <exception>
 
-#include "cuda/bench_timing.h"
-#include "cuda/copy_bandwidth.h"
+#include "tools/bench/cuda/bench_timing.h"
+#include "tools/bench/cuda/copy_bandwidth.h"
 #include "cuda/device_probe.h"
 
 namespace kvx::cuda {

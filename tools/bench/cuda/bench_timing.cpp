@@ -1,4 +1,4 @@
-#include "cuda/bench_timing.h"
+#include "tools/bench/cuda/bench_timing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "cuda/cuda_check.h"
-#include "cuda/event_timer.h"
+#include "tools/bench/cuda/event_timer.h"
 #include "tools/bench/bench_support.h"
 
 namespace kvx::cuda::bench {

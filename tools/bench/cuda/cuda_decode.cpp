@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "cuda/copy_bandwidth.h"
+#include "tools/bench/cuda/copy_bandwidth.h"
 #include "cuda/decoder_cuda.h"
 #include "cuda/device_probe.h"
 #include "engine/engine.h"
 #include "kernels/error.h"
-#include "tools/bench/cuda_decode_run.h"
+#include "tools/bench/cuda/cuda_decode_run.h"
 #include "tools/bench/random_llama.h"
 
 namespace {

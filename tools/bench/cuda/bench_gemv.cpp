@@ -8,7 +8,7 @@
 // each other. bytes = the weight bytes the call reads (x and out are a rounding error next to them).
 #include <type_traits>
 
-#include "cuda/bench_timing.h"
+#include "tools/bench/cuda/bench_timing.h"
 #include "cuda/blas.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"

@@ -1,4 +1,4 @@
-#include "cuda/copy_bandwidth.h"
+#include "tools/bench/cuda/copy_bandwidth.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,7 +6,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
-#include "cuda/event_timer.h"
+#include "tools/bench/cuda/event_timer.h"
 
 namespace kvx::cuda {
 

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/bench_timing.h"
+#include "tools/bench/cuda/bench_timing.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"
 

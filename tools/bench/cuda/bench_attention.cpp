@@ -3,7 +3,7 @@
 // sequence), one query row per sequence at the end of a `context`-long history. Heads of a 1B-class Llama
 // (32 query heads, 8 KV heads, head_dim 64), block size 16, tiles and partitions planned for this device.
 //
-// The layout is the last argument, as in cpu/bench_attention.cpp, so that one size's three runs follow each
+// The layout is the last argument, as in tools/bench/cpu/bench_attention.cpp, so that one size's three runs follow each
 // other: 0 contiguous fp32, 1 paged fp32, 2 paged fp16. The paged/contiguous time ratio at each size is the
 // cost of paging. bytes = the K and V bytes the call reads.
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "cuda/bench_timing.h"
+#include "tools/bench/cuda/bench_timing.h"
 #include "cuda/cuda_kernels.h"
 
 namespace kvx::cuda::bench {

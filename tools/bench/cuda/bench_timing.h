@@ -67,7 +67,7 @@ DeviceBuffer<T> upload(const std::vector<T>& host) {
     return device;
 }
 
-// The benchmarks of each file, registered by register_cuda_benchmarks (cuda/cuda_benchmarks.h).
+// The benchmarks of each file, registered by register_cuda_benchmarks (tools/bench/cuda/cuda_benchmarks.h).
 void register_attention_benchmarks();
 void register_gemv_benchmarks();
 void register_kv_ops_benchmarks();

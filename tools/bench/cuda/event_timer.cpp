@@ -1,4 +1,4 @@
-#include "cuda/event_timer.h"
+#include "tools/bench/cuda/event_timer.h"
 
 #include "cuda/cuda_check.h"
 

@@ -1,4 +1,4 @@
-#include "tools/bench/cuda_decode_run.h"
+#include "tools/bench/cuda/cuda_decode_run.h"
 
 #include <chrono>
 #include <random>

@@ -1,4 +1,4 @@
-// kvx-bench's CUDA benchmarks (cuda/bench_*.cpp): registered at start-up, and only when a device is usable,
+// kvx-bench's CUDA benchmarks (tools/bench/cuda/bench_*.cpp): registered at start-up, and only when a device is usable,
 // so that kvx-bench without a GPU runs its CPU benchmarks as before.
 #pragma once
 
