@@ -48,6 +48,22 @@ std::string supported_names() {
     return names;
 }
 
+const IsaTables& tables_of(SimdLevel level) {
+    if (!machine_runs(level))
+        throw Error(std::string("this machine cannot run the ") + simd_level_name(level) + " CPU kernels (supported: " +
+                    supported_names() + ")");
+    switch (level) {
+#if KVX_CPU_X86_SIMD
+        case SimdLevel::avx512:
+            return avx512::tables();
+        case SimdLevel::avx2:
+            return avx2::tables();
+#endif
+        default:
+            return portable::tables();
+    }
+}
+
 }  // namespace
 
 const char* simd_level_name(SimdLevel level) {
@@ -77,20 +93,8 @@ std::optional<SimdLevel> simd_level_named(std::string_view name) {
     return std::nullopt;
 }
 
-const KernelTable& cpu_kernels(SimdLevel level) {
-    if (!machine_runs(level))
-        throw Error(std::string("this machine cannot run the ") + simd_level_name(level) + " CPU kernels (supported: " +
-                    supported_names() + ")");
-    switch (level) {
-#if KVX_CPU_X86_SIMD
-        case SimdLevel::avx512:
-            return avx512::kernel_table();
-        case SimdLevel::avx2:
-            return avx2::kernel_table();
-#endif
-        default:
-            return portable::kernel_table();
-    }
-}
+const KernelTable& cpu_kernels(SimdLevel level) { return tables_of(level).kernels; }
+
+const BaselineKernelTable& cpu_baseline_kernels(SimdLevel level) { return tables_of(level).baselines; }
 
 }  // namespace kvx::cpu

@@ -1,4 +1,4 @@
-// The SIMD CPU backend: one KernelTable per instruction-set level, chosen at run time.
+// The SIMD CPU kernels: one KernelTable per instruction-set level, chosen at run time.
 //
 // Each level is compiled in its own translation unit with its own flags (cpu/CMakeLists.txt), so one
 // binary runs on any x86-64 and uses the widest vectors the machine has. Off x86 only the portable level
@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/baseline_kernels.h"
 #include "kernels/kernels.h"
 
 namespace kvx::cpu {
@@ -34,5 +35,8 @@ SimdLevel best_simd_level();
 // The kernels of one level. Throws kvx::Error naming the level and the supported ones if this machine
 // cannot run it.
 const KernelTable& cpu_kernels(SimdLevel level);
+
+// The same level's contiguous-cache baselines (kernels/baseline_kernels.h), for benchmarks and tests.
+const BaselineKernelTable& cpu_baseline_kernels(SimdLevel level);
 
 }  // namespace kvx::cpu

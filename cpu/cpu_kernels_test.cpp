@@ -26,6 +26,7 @@
 
 namespace {
 
+using kvx::BaselineKernelTable;
 using kvx::BlockCopy;
 using kvx::ContiguousAttentionArgs;
 using kvx::KernelTable;
@@ -35,6 +36,7 @@ using kvx::PagedAttentionArgs;
 using kvx::cpu::SimdLevel;
 
 const KernelTable& reference = kvx::reference_kernels();
+const BaselineKernelTable& reference_baselines = kvx::reference_baseline_kernels();
 
 constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512};
 
@@ -43,8 +45,8 @@ bool machine_runs(SimdLevel level) {
     return std::find(supported.begin(), supported.end(), level) != supported.end();
 }
 
-// Calls check(kernels) for every SIMD level this machine runs. A level it cannot run is reported as skipped
-// and must refuse to hand out its kernels.
+// Calls check(kernels), or check(kernels, baselines) where it takes both, for every SIMD level this machine
+// runs. A level it cannot run is reported as skipped and must refuse to hand out its kernels.
 template <class Check>
 void for_each_level(Check check) {
     for (SimdLevel level : kAllLevels) {
@@ -52,10 +54,14 @@ void for_each_level(Check check) {
         if (!machine_runs(level)) {
             WARN("SIMD level " << name << " skipped: this machine cannot run it");
             CHECK_THROWS(kvx::cpu::cpu_kernels(level));
+            CHECK_THROWS(kvx::cpu::cpu_baseline_kernels(level));
             continue;
         }
         INFO("SIMD level " << name);
-        check(kvx::cpu::cpu_kernels(level));
+        if constexpr (std::is_invocable_v<Check, const KernelTable&, const BaselineKernelTable&>)
+            check(kvx::cpu::cpu_kernels(level), kvx::cpu::cpu_baseline_kernels(level));
+        else
+            check(kvx::cpu::cpu_kernels(level));
     }
 }
 
@@ -698,7 +704,7 @@ TEST_CASE("kv_append_f16 stores each value as f32_to_f16 does and skips slot -1"
 // The paged batch's cache rewritten as one contiguous region per sequence: the contiguous kernel must
 // give what the paged one gives on the same keys and values, and the reference's answer.
 TEST_CASE("contiguous_attention matches paged_attention on the same data, and the reference", "[contiguous]") {
-    for_each_level([](const KernelTable& kernels) {
+    for_each_level([](const KernelTable& kernels, const BaselineKernelTable& baselines) {
         uint32_t seed = 1500;
         for (int group : {1, 4}) {
             for (int window : {0, 1, 40}) {
@@ -720,7 +726,7 @@ TEST_CASE("contiguous_attention matches paged_attention on the same data, and th
                                 std::copy_n(batch.k_cache.begin() + static_cast<std::ptrdiff_t>(from), row, k.begin() + static_cast<std::ptrdiff_t>(to));
                                 std::copy_n(batch.v_cache.begin() + static_cast<std::ptrdiff_t>(from), row, v.begin() + static_cast<std::ptrdiff_t>(to));
                             }
-                    auto run = [&](const KernelTable& table) {
+                    auto run = [&](const BaselineKernelTable& table) {
                         std::vector<float> out = nan_filled(batch.q.size());
                         ContiguousAttentionArgs args;
                         args.q = batch.q.data();
@@ -739,10 +745,10 @@ TEST_CASE("contiguous_attention matches paged_attention on the same data, and th
                         table.contiguous_attention(args);
                         return out;
                     };
-                    const std::vector<float> contiguous = run(kernels);
+                    const std::vector<float> contiguous = run(baselines);
                     CHECK_CLOSE(contiguous, batch.run(kernels), 1e-6);
-                    CHECK_CLOSE(contiguous, run(reference), kTolerance);
-                    CHECK_CLOSE(run(reference), batch.run(reference), 1e-12);
+                    CHECK_CLOSE(contiguous, run(reference_baselines), kTolerance);
+                    CHECK_CLOSE(run(reference_baselines), batch.run(reference), 1e-12);
                 }
             }
         }
@@ -807,7 +813,7 @@ TEST_CASE("copy_blocks copies every pair's block in K and V and nothing else", "
 
 // Up to 64 beams (33: "wrong results past 32 beams"); V must follow beam_indices from V's own old rows.
 TEST_CASE("reorder_beams gathers each new beam from its old beam, K from K and V from V", "[reorder_beams]") {
-    for_each_level([](const KernelTable& kernels) {
+    for_each_level([](const KernelTable&, const BaselineKernelTable& baselines) {
         uint32_t seed = 1700;
         for (int threads : {1, 2}) {
             const ThreadCount scope(threads);
@@ -824,11 +830,11 @@ TEST_CASE("reorder_beams gathers each new beam from its old beam, K from K and V
                     const std::vector<unsigned char> k = random_bytes(n_beams * beam_bytes, ++seed);
                     const std::vector<unsigned char> v = random_bytes(n_beams * beam_bytes, ++seed);
                     std::vector<unsigned char> k_new(k.size(), 0), v_new(v.size(), 0);
-                    kernels.reorder_beams(k_new.data(), v_new.data(), k.data(), v.data(), indices.data(), n_beams,
-                                          beam_elems, elem_bytes);
+                    baselines.reorder_beams(k_new.data(), v_new.data(), k.data(), v.data(), indices.data(), n_beams,
+                                            beam_elems, elem_bytes);
                     std::vector<unsigned char> k_expected(k.size(), 1), v_expected(v.size(), 1);
-                    reference.reorder_beams(k_expected.data(), v_expected.data(), k.data(), v.data(), indices.data(),
-                                            n_beams, beam_elems, elem_bytes);
+                    reference_baselines.reorder_beams(k_expected.data(), v_expected.data(), k.data(), v.data(),
+                                                      indices.data(), n_beams, beam_elems, elem_bytes);
                     CHECK(k_new == k_expected);
                     CHECK(v_new == v_expected);
                     for (int i = 0; i < n_beams; ++i) {

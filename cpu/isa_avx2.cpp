@@ -5,7 +5,7 @@
 // every unit that uses it, each copy compiled with that unit's flags, and the linker keeps one copy for
 // the whole program: a std::max<float> instantiated here could become the one every caller runs. So the
 // kernels have internal linkage (an anonymous namespace) and use no inline function of the standard
-// library; intrinsics are always inlined and the OpenMP runtime is extern "C". Only kernel_table() is
+// library; intrinsics are always inlined and the OpenMP runtime is extern "C". Only tables() is
 // exported.
 #include <immintrin.h>
 #include <omp.h>
@@ -31,6 +31,6 @@ constexpr char kTableName[] = "cpu-avx2";
 
 }  // namespace
 
-const KernelTable& kernel_table() { return kKernelTable; }
+const IsaTables& tables() { return kIsaTables; }
 
 }  // namespace kvx::cpu::avx2

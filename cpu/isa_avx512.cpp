@@ -37,6 +37,6 @@ constexpr char kTableName[] = "cpu-avx512";
 
 }  // namespace
 
-const KernelTable& kernel_table() { return kKernelTable; }
+const IsaTables& tables() { return kIsaTables; }
 
 }  // namespace kvx::cpu::avx512

@@ -25,6 +25,6 @@ constexpr char kTableName[] = "cpu-portable";
 
 }  // namespace
 
-const KernelTable& kernel_table() { return kKernelTable; }
+const IsaTables& tables() { return kIsaTables; }
 
 }  // namespace kvx::cpu::portable

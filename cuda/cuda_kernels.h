@@ -1,4 +1,5 @@
-// The CUDA kernels' launch functions: the device counterpart of kernels/kernels.h's KernelTable.
+// The CUDA kernels' launch functions: the device counterpart of kernels/kernels.h's KernelTable (and of
+// kernels/baseline_kernels.h's contiguous-cache baselines, which only benchmarks and tests call).
 //
 // Every function enqueues its work on `stream` and returns at once; every pointer is a device pointer
 // unless its comment says host. Shapes, layouts and arithmetic are those of the same-named KernelTable
@@ -15,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/baseline_kernels.h"
 #include "kernels/kernels.h"
 
 namespace kvx::cuda {
@@ -62,7 +64,7 @@ void kv_append(void* k_cache, void* v_cache, KvDtype kv_dtype, const float* k, c
 // KernelTable::copy_blocks: pairs [n_pairs] in device memory.
 void copy_blocks(void* k_cache, void* v_cache, const BlockCopy* pairs, int n_pairs, int64_t block_elems,
                  int elem_bytes, cudaStream_t stream);
-// KernelTable::reorder_beams: beam_indices [n_beams] in device memory.
+// BaselineKernelTable::reorder_beams: beam_indices [n_beams] in device memory.
 void reorder_beams(void* new_k, void* new_v, const void* old_k, const void* old_v, const int32_t* beam_indices,
                    int n_beams, int64_t beam_elems, int elem_bytes, cudaStream_t stream);
 

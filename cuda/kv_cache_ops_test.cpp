@@ -15,6 +15,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/test_buffers.h"
 #include "cuda/test_support.h"
+#include "kernels/baseline_kernels.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
 
@@ -143,8 +144,8 @@ TEST_CASE("copy_blocks and reorder_beams copy whole regions bit for bit") {
                 const std::vector<unsigned char> old_k = random_bytes(beam_bytes * old_beams, 6);
                 const std::vector<unsigned char> old_v = random_bytes(beam_bytes * old_beams, 7);
                 std::vector<unsigned char> want_k(beam_bytes * order.size()), want_v(beam_bytes * order.size());
-                reference.reorder_beams(want_k.data(), want_v.data(), old_k.data(), old_v.data(), order.data(), n_beams,
-                                        s.elems, s.elem_bytes);
+                kvx::reference_baseline_kernels().reorder_beams(want_k.data(), want_v.data(), old_k.data(), old_v.data(),
+                                                                order.data(), n_beams, s.elems, s.elem_bytes);
                 OffsetBuffer<unsigned char> d_old_k(old_k, s.base_offset), d_old_v(old_v, s.base_offset);
                 OffsetBuffer<unsigned char> d_new_k(want_k.size(), s.base_offset), d_new_v(want_v.size(), s.base_offset);
                 auto d_order = to_device(order);

@@ -12,6 +12,7 @@
 
 #include "cuda/cuda_kernels.h"
 #include "cuda/test_support.h"
+#include "kernels/baseline_kernels.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
 
@@ -550,7 +551,7 @@ TEST_CASE("contiguous attention matches the reference with and without partition
             args.row_seq = batch.row_seq.data();
             args.row_pos = batch.row_pos.data();
             args.out = want.data();
-            reference_kernels().contiguous_attention(args);
+            reference_baseline_kernels().contiguous_attention(args);
 
             DeviceBuffer<float> q = to_device(batch.q), k_device = to_device(k), v_device = to_device(v);
             DeviceBuffer<int32_t> row_seq = to_device(batch.row_seq), row_pos = to_device(batch.row_pos);

@@ -65,28 +65,6 @@ struct PagedAttentionArgs {
     float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
 };
 
-// The same attention over a contiguous cache, one fixed-capacity region per sequence, as ONNX Runtime
-// GenAI's past_key_values (its non-paged baseline; also the layout a beam reorder copies):
-//
-//   k_cache [n_seqs][n_kv_heads][max_seq][head_dim]   position p of sequence s at [s][kv_head][p]
-//
-// fp32 only. Rows, positions, window, GQA and scale as in PagedAttentionArgs.
-struct ContiguousAttentionArgs {
-    const float* q = nullptr;              // [n_rows][n_heads][head_dim]
-    const float* k_cache = nullptr;        // [n_seqs][n_kv_heads][max_seq][head_dim]
-    const float* v_cache = nullptr;        // [n_seqs][n_kv_heads][max_seq][head_dim]
-    const int32_t* row_seq = nullptr;      // [n_rows], which sequence's region the row reads
-    const int32_t* row_pos = nullptr;      // [n_rows], absolute position of the row's token, < max_seq
-    float* out = nullptr;                  // [n_rows][n_heads][head_dim]
-    int n_rows = 0;
-    int n_heads = 0;
-    int n_kv_heads = 0;
-    int head_dim = 0;
-    int max_seq = 0;
-    int window = 0;
-    float scale = 1.0f;
-};
-
 // One matmul of a group sharing an input (KernelTable::matmuls): out [n][m] = x . w^T with w [m][k] stored
 // as fp32 (w_f32) or as IEEE fp16 bits (w_f16); exactly one of the two is set.
 struct MatmulPart {
@@ -140,19 +118,11 @@ struct KernelTable {
     // Reads k_cache / v_cache as args.kv_dtype says.
     void (*paged_attention)(const PagedAttentionArgs& args);
 
-    void (*contiguous_attention)(const ContiguousAttentionArgs& args);
-
     // Every pair's block, K and V, of one layer's cache copied in one call: bytes [src * block_bytes,
     // (src + 1) * block_bytes) onto the same range at dst, block_bytes = block_elems * elem_bytes (4 for
     // fp32, 2 for fp16). Sources are read as they were before the call: no pair's dst may be another's src.
     void (*copy_blocks)(void* k_cache, void* v_cache, const BlockCopy* pairs, int n_pairs, int64_t block_elems,
                         int elem_bytes);
-
-    // The physical beam reorder of a contiguous cache (ONNX Runtime GenAI's beam search), out of place:
-    //   new_k[i] = old_k[beam_indices[i]],  new_v[i] = old_v[beam_indices[i]]  for i < n_beams,
-    // each beam's region [n_kv_heads][max_seq][head_dim] = beam_elems elements of elem_bytes bytes.
-    void (*reorder_beams)(void* new_k, void* new_v, const void* old_k, const void* old_v, const int32_t* beam_indices,
-                          int n_beams, int64_t beam_elems, int elem_bytes);
 
     // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
     void (*swiglu)(float* out, const float* gate, const float* up, int64_t n);

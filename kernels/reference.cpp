@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/baseline_kernels.h"
 #include "kernels/f16.h"
 #include "kernels/kernels.h"
 
@@ -263,17 +264,22 @@ constexpr KernelTable kReferenceKernels{
     .kv_append = reference_kv_append,
     .kv_append_f16 = reference_kv_append_f16,
     .paged_attention = reference_paged_attention,
-    .contiguous_attention = reference_contiguous_attention,
     .copy_blocks = reference_copy_blocks,
-    .reorder_beams = reference_reorder_beams,
     .swiglu = reference_swiglu,
     .gelu_tanh = reference_gelu_tanh,
     .add = reference_add,
     .add_bias = reference_add_bias,
 };
 
+constexpr BaselineKernelTable kReferenceBaselineKernels{
+    .name = "reference",
+    .contiguous_attention = reference_contiguous_attention,
+    .reorder_beams = reference_reorder_beams,
+};
+
 }  // namespace
 
 const KernelTable& reference_kernels() { return kReferenceKernels; }
+const BaselineKernelTable& reference_baseline_kernels() { return kReferenceBaselineKernels; }
 
 }  // namespace kvx

@@ -36,6 +36,8 @@ cpu::SimdLevel level_under_test() {
 
 const KernelTable& kernels_under_test() { return cpu::cpu_kernels(level_under_test()); }
 
+const BaselineKernelTable& baseline_kernels_under_test() { return cpu::cpu_baseline_kernels(level_under_test()); }
+
 std::vector<int64_t> thread_counts() {
     const int64_t all = omp_get_max_threads();
     return all > 1 ? std::vector<int64_t>{1, all} : std::vector<int64_t>{1};

@@ -28,6 +28,7 @@ void set_machine_ceiling(MachineCeiling ceiling);
 
 cpu::SimdLevel level_under_test();
 const KernelTable& kernels_under_test();
+const BaselineKernelTable& baseline_kernels_under_test();  // the same level's (kernels/baseline_kernels.h)
 
 // 1 and omp_get_max_threads() (the core count unless OMP_NUM_THREADS says otherwise), without repeats.
 std::vector<int64_t> thread_counts();

@@ -106,6 +106,7 @@ void decode_attention(benchmark::State& state, AttentionShape shape) {
     AttentionData& d = reuse_or_make<AttentionData>(
         key, [&] { return make_data(shape, context, batch, block_size, layout); });
     const KernelTable& kernels = kernels_under_test();
+    const BaselineKernelTable& baselines = baseline_kernels_under_test();
 
     ContiguousAttentionArgs c = rows_and_heads<ContiguousAttentionArgs>(d, shape, batch);
     c.k_cache = d.k_contiguous.data();
@@ -122,7 +123,7 @@ void decode_attention(benchmark::State& state, AttentionShape shape) {
 
     for (auto _ : state) {
         if (layout == kContiguous) {
-            kernels.contiguous_attention(c);
+            baselines.contiguous_attention(c);
         } else {
             kernels.paged_attention(p);
         }

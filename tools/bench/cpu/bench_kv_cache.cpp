@@ -102,9 +102,9 @@ void reorder_beams(benchmark::State& state) {
     std::vector<float> old_k(n, 1.0f), old_v(n, 2.0f), new_k(n), new_v(n);  // [beams][kKvHeads][context][kHeadDim]
     std::vector<int32_t> beam_indices(static_cast<size_t>(beams));          // [beams]
     for (int i = 0; i < beams; ++i) beam_indices[static_cast<size_t>(i)] = i / 2;
-    const KernelTable& kernels = kernels_under_test();
+    const BaselineKernelTable& baselines = baseline_kernels_under_test();
     for (auto _ : state) {
-        kernels.reorder_beams(new_k.data(), new_v.data(), old_k.data(), old_v.data(), beam_indices.data(), beams,
+        baselines.reorder_beams(new_k.data(), new_v.data(), old_k.data(), old_v.data(), beam_indices.data(), beams,
                               beam_elems, sizeof(float));
         benchmark::ClobberMemory();
     }
