@@ -14,7 +14,7 @@
 
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_buffer.h"
-#include "engine/forward_batch.h"
+#include "engine/runtime/forward_batch.h"
 
 namespace kvx::cuda {
 

@@ -131,7 +131,7 @@ void contiguous_attention(const ContiguousAttentionArgs& args, const AttentionTi
 // ---- Token selection on the device (cuda/sampling.cu) ----
 
 // tokens [n_rows] = the index of the largest of logits [n_rows][vocab] (the lowest index wins a tie), as
-// engine/sampler.h's argmax.
+// engine/runtime/sampler.h's argmax.
 void argmax(int32_t* tokens, const float* logits, int n_rows, int vocab, cudaStream_t stream);
 
 // Sampler::sample's temperature > 0 path for one row, with the same result bit for bit: probabilities

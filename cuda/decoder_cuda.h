@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/model/model.h"
 #include "kernels/kernels.h"
 
 namespace kvx::cuda {

@@ -1,5 +1,5 @@
 // A model's weights in device memory, uploaded once from the memory-mapped model in their stored dtype.
-// The structure mirrors engine/model.h with device pointers; a tensor used twice (tied embeddings) is
+// The structure mirrors engine/model/model.h with device pointers; a tensor used twice (tied embeddings) is
 // uploaded once.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace kvx::cuda {
 

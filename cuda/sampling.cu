@@ -1,5 +1,5 @@
 // Token selection on the device: greedy argmax over rows of logits, and Sampler::sample's temperature > 0
-// path (engine/sampler.cpp) for one row, bit for bit, so that a seeded run picks the same tokens on either
+// path (engine/runtime/sampler.cpp) for one row, bit for bit, so that a seeded run picks the same tokens on either
 // side while the logits never leave the GPU.
 //
 // argmax

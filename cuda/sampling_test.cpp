@@ -1,4 +1,4 @@
-// cuda/sampling.cu against the host's token selection itself (engine/sampler.h): argmax against kvx::argmax,
+// cuda/sampling.cu against the host's token selection itself (engine/runtime/sampler.h): argmax against kvx::argmax,
 // and sample_top_k_top_p against kvx::Sampler::sample. Sampler keeps its generator private; its one draw per
 // call is std::uniform_real_distribution<double>(0, total), which libstdc++ computes as
 // generate_canonical<double, 53>(rng) * total. So a second mt19937_64 with the same seed draws the uniform the
@@ -14,7 +14,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/test_support.h"
 #include "kernels/error.h"
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 namespace {
 

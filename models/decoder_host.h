@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "engine/runtime/backend.h"
+#include "engine/model/model.h"
 #include "kernels/kernels.h"
 
 namespace kvx {

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/beam_search.h"
+#include "engine/generation/beam_search.h"
 #include "kernels/error.h"
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_session.h"
+#include "engine/generation/chat_session.h"
 #include "kernels/error.h"
 
 using namespace kvx;

@@ -7,9 +7,9 @@
 #include <random>
 
 #include "kernels/error.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/generation/generator.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

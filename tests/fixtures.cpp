@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/npy.h"
-#include "engine/position_logits.h"
+#include "engine/model/npy.h"
+#include "engine/generation/position_logits.h"
 #include "models/decoder_host.h"
 
 namespace kvx::test {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/error.h"
-#include "engine/kv_cache_groups.h"
+#include "engine/cache/kv_cache_groups.h"
 #include "kv_cache_support.h"
 
 using namespace kvx;

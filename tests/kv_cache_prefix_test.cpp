@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/error.h"
-#include "engine/kv_cache_manager.h"
+#include "engine/cache/kv_cache_manager.h"
 #include "kv_cache_support.h"
 
 using namespace kvx;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/error.h"
-#include "engine/kv_cache_manager.h"
+#include "engine/cache/kv_cache_manager.h"
 
 using namespace kvx;
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/kv_cache_manager.h"
+#include "engine/cache/kv_cache_manager.h"
 
 namespace kvx::test {
 

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/prompt_lookup.h"
+#include "engine/generation/prompt_lookup.h"
 
 using namespace kvx;
 

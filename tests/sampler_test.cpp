@@ -3,7 +3,7 @@
 #include <map>
 
 #include "kernels/error.h"
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 using namespace kvx;
 

@@ -6,10 +6,10 @@
 #include <filesystem>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/engine.h"
-#include "engine/npy.h"
-#include "engine/position_logits.h"
-#include "engine/sampler.h"
+#include "engine/runtime/engine.h"
+#include "engine/model/npy.h"
+#include "engine/generation/position_logits.h"
+#include "engine/runtime/sampler.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

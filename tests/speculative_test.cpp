@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "kernels/error.h"
-#include "engine/generator.h"
-#include "engine/prompt_lookup.h"
-#include "engine/speculative.h"
+#include "engine/generation/generator.h"
+#include "engine/generation/prompt_lookup.h"
+#include "engine/generation/speculative.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

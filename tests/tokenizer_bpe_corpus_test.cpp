@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/tokenizer_bpe.h"
+#include "engine/tokenizer/tokenizer_bpe.h"
 
 using namespace kvx;
 using nlohmann::json;

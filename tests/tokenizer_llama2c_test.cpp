@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "kernels/error.h"
-#include "engine/tokenizer_llama2c.h"
+#include "engine/tokenizer/tokenizer_llama2c.h"
 
 using namespace kvx;
 

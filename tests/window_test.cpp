@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu/cpu_kernels.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "kernels/error.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "fixtures.h"
 #include "models/decoder_host.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace kvx::bench {
 

@@ -7,8 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/runtime/engine.h"
+#include "engine/model/model.h"
 
 namespace kvx::cli {
 

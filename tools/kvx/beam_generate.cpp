@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cache_report.h"
-#include "engine/beam_search.h"
+#include "engine/generation/beam_search.h"
 #include "kernels/error.h"
 
 namespace kvx::cli {

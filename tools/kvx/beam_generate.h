@@ -1,4 +1,4 @@
-// kvx generate --beams N: beam search (engine/beam_search.h) instead of sampling. The best hypothesis goes
+// kvx generate --beams N: beam search (engine/generation/beam_search.h) instead of sampling. The best hypothesis goes
 // to stdout as generate prints text (or ids, for a model without a tokenizer); stderr gets the steps, speed
 // and the KV cache accounting: blocks the beams share against a contiguous cache per beam.
 #pragma once
@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend_choice.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "sampling_options.h"
 
 namespace kvx::cli {

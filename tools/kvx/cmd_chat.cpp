@@ -16,9 +16,9 @@
 #include "backend_choice.h"
 #include "cache_report.h"
 #include "commands.h"
-#include "engine/chat_session.h"
+#include "engine/generation/chat_session.h"
 #include "kernels/error.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "sampling_options.h"
 #include "speculative_options.h"
 

@@ -6,9 +6,9 @@
 #include "backend_choice.h"
 #include "commands.h"
 #include "kernels/error.h"
-#include "engine/npy.h"
-#include "engine/position_logits.h"
-#include "engine/tokenizer.h"
+#include "engine/model/npy.h"
+#include "engine/generation/position_logits.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "token_list.h"
 
 namespace kvx::cli {

@@ -7,8 +7,8 @@
 #include "backend_choice.h"
 #include "commands.h"
 #include "kernels/error.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "text_file.h"
 
 namespace kvx::cli {

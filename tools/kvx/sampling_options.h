@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/sampler.h"
+#include "engine/runtime/sampler.h"
 
 namespace kvx::cli {
 

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "kernels/error.h"
-#include "engine/prompt_lookup.h"
-#include "engine/speculative.h"
+#include "engine/generation/prompt_lookup.h"
+#include "engine/generation/speculative.h"
 
 namespace kvx::cli {
 

@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/generator.h"
+#include "engine/generation/generator.h"
 
 namespace kvx::cli {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace kvx::cli {
 

@@ -22,7 +22,7 @@
 #include "tools/bench/cuda/copy_bandwidth.h"
 #include "cuda/decoder_cuda.h"
 #include "cuda/device_probe.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 #include "kernels/error.h"
 #include "tools/bench/cuda/cuda_decode_run.h"
 #include "tools/bench/random_llama.h"

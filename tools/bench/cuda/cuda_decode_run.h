@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "cuda/decoder_cuda.h"
-#include "engine/engine.h"
+#include "engine/runtime/engine.h"
 
 namespace kvx::bench {
 

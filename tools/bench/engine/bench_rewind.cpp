@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "engine/kv_cache_manager.h"
+#include "engine/cache/kv_cache_manager.h"
 #include "tools/bench/bench_support.h"
 
 namespace kvx::bench {

@@ -1,0 +1,71 @@
+#include "engine/generation/chat_session.h"
+
+#include "kernels/error.h"
+
+namespace kvx {
+namespace {
+
+constexpr std::string_view kStart = "<|im_start|>";
+constexpr std::string_view kEnd = "<|im_end|>";
+
+std::string chatml_message(std::string_view role, std::string_view content) {
+    return std::string(kStart) + std::string(role) + "\n" + std::string(content) + std::string(kEnd) + "\n";
+}
+
+}  // namespace
+
+ChatSession::ChatSession(Engine& engine, const ModelConfig& config, const Tokenizer& tokenizer,
+                         std::optional<std::string> system)
+    : engine_(engine), tokenizer_(tokenizer) {
+    if (!config.has_chat)
+        throw Error("the model has no chat template (convert it with --chat-template FILE), so kvx cannot chat with it");
+    if (config.chat.format.empty())
+        throw Error("kvx cannot apply this model's chat template '" + config.chat.template_file +
+                    "': " + (config.chat.unsupported_reason.empty() ? "unknown format" : config.chat.unsupported_reason));
+    const std::vector<int32_t> end = tokenizer.encode(kEnd, /*add_bos=*/false);
+    if (end.size() != 1)
+        throw Error("the chat template ends a turn with '" + std::string(kEnd) +
+                    "', but the tokenizer does not have it as one special token");
+    end_of_turn_ = end[0];
+    if (system)
+        system_ = *system;
+    else if (config.chat.has_default_system)
+        system_ = config.chat.default_system;
+    if (system_ && system_->empty()) system_.reset();
+    seq_ = engine.new_sequence();
+}
+
+ChatSession::~ChatSession() { engine_.free_sequence(seq_); }
+
+std::string ChatSession::turn_text(std::string_view user_message) const {
+    std::string text;
+    if (turns_ == 0) {
+        if (system_) text += chatml_message("system", *system_);
+    } else {
+        text += std::string(kEnd) + "\n";  // closes the previous answer, whose stop token was not appended
+    }
+    text += chatml_message("user", user_message);
+    text += std::string(kStart) + "assistant\n";
+    return text;
+}
+
+std::vector<int32_t> ChatSession::turn_tokens(std::string_view user_message) const {
+    // The chat template has no BOS; HF's apply_chat_template tokenizes the rendered text without one too.
+    std::vector<int32_t> tokens;
+    if (pending_token_ >= 0) tokens.push_back(pending_token_);
+    const std::vector<int32_t> text = tokenizer_.encode(turn_text(user_message), /*add_bos=*/false);
+    tokens.insert(tokens.end(), text.begin(), text.end());
+    return tokens;
+}
+
+GenerationStats ChatSession::reply(std::string_view user_message, Sampler& sampler, GenerationOptions options,
+                                   const std::function<void(std::string_view)>& emit) {
+    const std::vector<int32_t> tokens = turn_tokens(user_message);
+    options.stop_token_ids.push_back(end_of_turn_);
+    GenerationStats stats = continue_sequence(engine_, seq_, tokenizer_, sampler, tokens, options, emit);
+    pending_token_ = stats.unappended_token;
+    ++turns_;
+    return stats;
+}
+
+}  // namespace kvx

@@ -1,0 +1,109 @@
+#include "engine/model/model.h"
+
+#include <set>
+
+#include "kernels/error.h"
+#include "kernels/f16.h"
+
+namespace kvx {
+
+void WeightMatrix::row_to_f32(int64_t r, float* out) const {
+    if (dtype == WeightDtype::f32) {
+        const float* row = f32() + r * cols;
+        for (int64_t j = 0; j < cols; ++j) out[j] = row[j];
+    } else {
+        const uint16_t* row = f16() + r * cols;
+        for (int64_t j = 0; j < cols; ++j) out[j] = f16_to_f32(row[j]);
+    }
+}
+
+namespace {
+
+// Hands out the tensors of the weights file by name, checking dtype and shape, and remembers which ones were
+// taken so that a tensor nobody asked for (a misnamed or foreign weight) is an error rather than ignored.
+class WeightReader {
+public:
+    WeightReader(const SafetensorsFile& file, WeightDtype matrix_dtype) : file_(file), matrix_dtype_(matrix_dtype) {}
+
+    const float* vector(const std::string& name, int64_t n) { return file_.f32(take(name), {n}); }
+    const float* optional_vector(const std::string& name, int64_t n) {
+        return file_.contains(name) ? vector(name, n) : nullptr;
+    }
+    WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+        WeightMatrix m;
+        m.dtype = matrix_dtype_;
+        m.rows = rows;
+        m.cols = cols;
+        if (matrix_dtype_ == WeightDtype::f32)
+            m.data = file_.f32(take(name), {rows, cols});
+        else
+            m.data = file_.f16(take(name), {rows, cols});
+        return m;
+    }
+    // A linear layer; its bias "<name>_bias" is optional.
+    Linear linear(const std::string& name, int64_t out_features, int64_t in_features) {
+        return Linear{matrix(name, out_features, in_features), optional_vector(name + "_bias", out_features)};
+    }
+    Norm norm(const std::string& name, int64_t dim, bool with_bias) {
+        return Norm{vector(name, dim), with_bias ? vector(name + "_bias", dim) : nullptr};
+    }
+
+    void check_all_taken() const {
+        for (const auto& [name, view] : file_.tensors())
+            if (!taken_.count(name))
+                throw Error("weights file '" + file_.path() + "' has a tensor '" + name +
+                            "' that this model's architecture does not use");
+    }
+
+private:
+    const std::string& take(const std::string& name) { return *taken_.insert(name).first; }
+
+    const SafetensorsFile& file_;
+    WeightDtype matrix_dtype_;
+    std::set<std::string> taken_;
+};
+
+}  // namespace
+
+Model load_model(const std::string& model_dir) {
+    Model m;
+    m.dir = model_dir;
+    m.config = load_model_config(model_dir);
+    const ModelConfig& c = m.config;
+    m.weights = std::make_unique<SafetensorsFile>(model_dir + "/" + c.weights_file);
+    WeightReader w(*m.weights, c.weights_dtype);
+    const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+    const bool llama = c.architecture == Architecture::llama;
+
+    m.tok_embeddings = w.matrix("tok_embeddings", c.vocab_size, dim);
+    if (llama)
+        m.rope_inv_freq = w.vector("rope_inv_freq", c.head_dim / 2);
+    else
+        m.pos_embeddings = w.matrix("pos_embeddings", c.max_seq_len, dim);
+    for (int i = 0; i < c.n_layers; ++i) {
+        const std::string p = "layers." + std::to_string(i) + ".";
+        LayerWeights layer;
+        layer.attn_norm = w.norm(p + "attn_norm", dim, !llama);
+        layer.wq = w.linear(p + "wq", q_dim, dim);
+        layer.wk = w.linear(p + "wk", kv_dim, dim);
+        layer.wv = w.linear(p + "wv", kv_dim, dim);
+        layer.wo = w.linear(p + "wo", dim, q_dim);
+        layer.ffn_norm = w.norm(p + "ffn_norm", dim, !llama);
+        if (llama) layer.w_gate = w.linear(p + "w_gate", hidden, dim);
+        layer.w_up = w.linear(p + "w_up", hidden, dim);
+        layer.w_down = w.linear(p + "w_down", dim, hidden);
+        m.layers.push_back(layer);
+    }
+    m.final_norm = w.norm("final_norm", dim, !llama);
+    if (c.tied_embeddings) {
+        if (m.weights->contains("classifier"))
+            throw Error("weights file '" + m.weights->path() + "' has a 'classifier' but the config says it is tied");
+        m.classifier = m.tok_embeddings;
+    } else {
+        m.classifier = w.matrix("classifier", c.vocab_size, dim);
+    }
+    w.check_all_taken();
+    return m;
+}
+
+}  // namespace kvx

@@ -1,0 +1,69 @@
+// A converted model in memory: its config and pointers into the memory-mapped weights.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+
+namespace kvx {
+
+// A weight matrix [rows][cols], row-major, in the model's stored dtype (config.weights_dtype). Linear layers
+// are [out_features][in_features]; embeddings [vocab_size or max_seq_len][dim].
+struct WeightMatrix {
+    const void* data = nullptr;  // float* for f32, uint16_t* (IEEE fp16 bits) for f16
+    WeightDtype dtype = WeightDtype::f32;
+    int64_t rows = 0;
+    int64_t cols = 0;
+
+    const float* f32() const { return static_cast<const float*>(data); }
+    const uint16_t* f16() const { return static_cast<const uint16_t*>(data); }
+    // Row r as fp32 into out[cols]: an embedding lookup.
+    void row_to_f32(int64_t r, float* out) const;
+};
+
+// A linear layer: y = x . weight^T + bias.
+struct Linear {
+    WeightMatrix weight;          // [out_features][in_features]
+    const float* bias = nullptr;  // [out_features], or null for a layer without bias
+};
+
+// RMSNorm (llama: weight only) or LayerNorm (gpt2: weight and bias).
+struct Norm {
+    const float* weight = nullptr;  // [dim]
+    const float* bias = nullptr;    // [dim], LayerNorm only
+};
+
+// One decoder layer. Tensor names in model.safetensors are in docs/model-format.md.
+struct LayerWeights {
+    Norm attn_norm;
+    Linear wq;      // [n_heads * head_dim][dim]
+    Linear wk;      // [n_kv_heads * head_dim][dim]
+    Linear wv;      // [n_kv_heads * head_dim][dim]
+    Linear wo;      // [dim][n_heads * head_dim]
+    Norm ffn_norm;
+    Linear w_gate;  // [hidden_dim][dim], llama (SwiGLU) only; empty for gpt2
+    Linear w_up;    // [hidden_dim][dim]; gpt2's c_fc
+    Linear w_down;  // [dim][hidden_dim]; gpt2's c_proj
+};
+
+struct Model {
+    std::string dir;
+    ModelConfig config;
+    std::unique_ptr<SafetensorsFile> weights;  // owns the mapping every pointer below points into
+    WeightMatrix tok_embeddings;               // [vocab_size][dim]
+    WeightMatrix pos_embeddings;               // [max_seq_len][dim], gpt2 only (learned positions)
+    const float* rope_inv_freq = nullptr;      // [head_dim / 2], llama only
+    std::vector<LayerWeights> layers;          // [n_layers]
+    Norm final_norm;
+    WeightMatrix classifier;                   // [vocab_size][dim]; the same data as tok_embeddings when tied
+};
+
+// Loads MODEL_DIR (config.json + weights); throws kvx::Error on any mismatch between the two, including a
+// tensor the architecture does not use.
+Model load_model(const std::string& model_dir);
+
+}  // namespace kvx

@@ -1,0 +1,220 @@
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+
+#include "kernels/error.h"
+
+namespace kvx {
+namespace {
+
+int32_t resolve_context(const ModelConfig& config, const EngineOptions& options) {
+    if (options.context < 0) throw Error("context size must be positive");
+    if (options.context > config.max_seq_len)
+        throw Error("context of " + std::to_string(options.context) + " tokens exceeds the model's maximum of " +
+                    std::to_string(config.max_seq_len));
+    return options.context == 0 ? config.max_seq_len : options.context;
+}
+
+int32_t resolve_max_chunk(int32_t context, const EngineOptions& options) {
+    if (options.max_chunk < 0) throw Error("the largest chunk of one forward pass must be positive");
+    return options.max_chunk == 0 ? context : std::min(options.max_chunk, context);
+}
+
+int32_t ceil_div(int64_t a, int32_t b) { return static_cast<int32_t>((a + b - 1) / std::max(b, 1)); }
+
+// The pools of the model's layer groups. The full group gets num_blocks (default: one sequence of `context`
+// tokens). A windowed group holds at most ceil((W - 1 + max_chunk) / block_size) + 1 blocks per sequence
+// (docs/kv-cache.md), never more than the full context's blocks: its pool gets that for as many sequences
+// as the full pool holds at full context.
+std::vector<LayerGroupSpec> engine_groups(const ModelConfig& config, int32_t context, int32_t max_chunk,
+                                          const EngineOptions& options) {
+    if (options.num_blocks < 0) throw Error("the number of KV blocks must be positive");
+    const int32_t bs = options.block_size;
+    const int32_t context_blocks = ceil_div(context, bs);
+    const int32_t full_blocks = options.num_blocks > 0 ? options.num_blocks : context_blocks;
+    const int32_t per_seq = std::min(context_blocks, ceil_div(int64_t{config.sliding_window} - 1 + max_chunk, bs) + 1);
+    const int64_t sequences = std::max(1, full_blocks / std::max(context_blocks, 1));
+    const auto window_blocks = static_cast<int32_t>(std::min<int64_t>(full_blocks, sequences * per_seq));
+    std::vector<LayerGroupSpec> groups = layer_groups(config.n_layers, config.sliding_window,
+                                                      config.sliding_window_layers, full_blocks, window_blocks);
+    if (groups.empty()) groups.push_back({0, full_blocks, {}});  // a model without layers (tests' fakes)
+    return groups;
+}
+
+}  // namespace
+
+Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options)
+    : backend_(std::move(backend)),
+      context_(resolve_context(config, options)),
+      max_chunk_(resolve_max_chunk(context_, options)),
+      vocab_size_(config.vocab_size),
+      cache_(options.block_size, engine_groups(config, context_, max_chunk_, options)) {
+    std::vector<LayerGroupSpec> specs;
+    for (size_t g = 0; g < cache_.num_groups(); ++g) specs.push_back(cache_.spec(g));
+    backend_->allocate_kv(specs, cache_.block_size());
+}
+
+std::vector<KvCacheUsage> Engine::cache_usage_by_group() const {
+    std::vector<size_t> bytes;
+    for (size_t g = 0; g < cache_.num_groups(); ++g) bytes.push_back(backend_->kv_bytes_per_block(g));
+    return cache_.usage(bytes);
+}
+
+const char* cache_event_name(CacheEvent::Kind kind) {
+    switch (kind) {
+        case CacheEvent::Kind::append: return "append";
+        case CacheEvent::Kind::prefix_hit: return "prefix hit";
+        case CacheEvent::Kind::fork: return "fork";
+        case CacheEvent::Kind::rewind: return "rewind";
+        case CacheEvent::Kind::free: return "free";
+    }
+    return "?";
+}
+
+void Engine::report(CacheEvent::Kind kind, SeqId seq, int32_t before, int32_t after, SeqId parent, int32_t copies) {
+    if (!observer_) return;
+    CacheEvent e;
+    e.kind = kind;
+    e.seq = seq;
+    e.parent = parent;
+    e.length_before = before;
+    e.length_after = after;
+    e.copies = copies;
+    e.usage = cache_usage();
+    observer_(e);
+}
+
+SequenceStart Engine::start_sequence(std::span<const int32_t> prompt) {
+    const SequenceStart start = cache_.start_sequence(prompt);
+    report(CacheEvent::Kind::prefix_hit, start.seq, 0, start.cached_tokens);
+    return start;
+}
+
+SeqId Engine::fork_sequence(SeqId parent) {
+    const SeqId child = cache_.fork(parent);
+    report(CacheEvent::Kind::fork, child, cache_.length(parent), cache_.length(child), parent);
+    return child;
+}
+
+void Engine::free_sequence(SeqId seq) {
+    const int32_t before = cache_.contains(seq) ? cache_.length(seq) : 0;
+    cache_.free_sequence(seq);
+    report(CacheEvent::Kind::free, seq, before, 0);
+}
+
+void Engine::rewind(SeqId seq, int32_t n) {
+    const int32_t before = cache_.contains(seq) ? cache_.length(seq) : 0;
+    cache_.rewind_to(seq, n);
+    report(CacheEvent::Kind::rewind, seq, before, n);
+}
+
+const std::vector<float>& Engine::forward(const std::vector<SequenceInput>& inputs) {
+    const size_t n_logit_rows = prepare_batch(inputs);
+    logits_.resize(n_logit_rows * static_cast<size_t>(vocab_size_));
+    backend_->forward(batch_, logits_.data());
+    return logits_;
+}
+
+int32_t Engine::forward_and_sample(const SequenceInput& input, Sampler& sampler) {
+    if (input.all_logits) throw Error("internal: forward_and_sample wants one logit row");
+    if (!backend_->can_sample(sampler.options())) return sampler.sample(forward({input}).data(), vocab_size_);
+    prepare_batch({input});
+    const double uniform = sampler.options().temperature == 0.0f ? 0.0 : sampler.next_uniform();
+    return backend_->forward_sample(batch_, sampler.options(), uniform);
+}
+
+size_t Engine::prepare_batch(const std::vector<SequenceInput>& inputs) {
+    // Check everything before the cache changes, so that a refused batch leaves no trace.
+    const size_t n_groups = cache_.num_groups();
+    std::vector<int64_t> blocks_needed(n_groups, 0);
+    size_t n_rows = 0, n_logit_rows = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const SequenceInput& in = inputs[i];
+        for (size_t j = 0; j < i; ++j)
+            if (inputs[j].seq == in.seq) throw Error("a sequence appears twice in one forward pass");
+        if (in.tokens.empty()) throw Error("a forward pass input has no tokens");
+        for (int32_t token : in.tokens)
+            if (token < 0 || token >= vocab_size_)
+                throw Error("token id " + std::to_string(token) + " is outside the vocabulary of " +
+                            std::to_string(vocab_size_));
+        const int64_t new_len = int64_t{cache_.length(in.seq)} + static_cast<int64_t>(in.tokens.size());
+        if (new_len > context_)
+            throw Error("sequence would hold " + std::to_string(new_len) + " tokens, more than the context of " +
+                        std::to_string(context_) + " (raise -c, up to the model's maximum)");
+        if (in.tokens.size() > static_cast<size_t>(max_chunk_))
+            throw Error("an input of " + std::to_string(in.tokens.size()) + " tokens exceeds the engine's largest "
+                        "chunk of " + std::to_string(max_chunk_) + " (feed it in chunks)");
+        // A sequence whose window frees more than it takes cannot lend blocks to one appended before it.
+        for (size_t g = 0; g < n_groups; ++g)
+            blocks_needed[g] +=
+                std::max(0, cache_.group(g).blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size())));
+        n_rows += in.tokens.size();
+        n_logit_rows += in.all_logits ? in.tokens.size() : 1;
+    }
+    for (size_t g = 0; g < n_groups; ++g) {
+        const BlockPool& pool = cache_.group(g).pool();
+        if (blocks_needed[g] > pool.num_available())
+            throw Error("KV cache pool exhausted" +
+                        (n_groups > 1 ? " in layer group " + std::to_string(g) : std::string()) + ": this step needs " +
+                        std::to_string(blocks_needed[g]) + " blocks but " + std::to_string(pool.num_available()) +
+                        " of " + std::to_string(pool.num_blocks()) + " are free");
+    }
+
+    ForwardBatch& b = batch_;
+    b.tokens.clear();
+    b.positions.clear();
+    b.row_seq.clear();
+    b.logit_rows.clear();
+    b.groups.resize(n_groups);
+    copies_.resize(n_groups);
+    for (auto& group_copies : copies_) group_copies.clear();
+    for (size_t g = 0; g < n_groups; ++g) {
+        b.groups[g].window = cache_.spec(g).window;
+        b.groups[g].slots.resize(n_rows);
+    }
+    auto count_copies = [&] {
+        size_t n = 0;
+        for (const auto& group_copies : copies_) n += group_copies.size();
+        return n;
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const SequenceInput& in = inputs[i];
+        const int32_t start = cache_.length(in.seq);
+        const size_t count = in.tokens.size(), first_row = b.tokens.size();
+        seq_slots_.resize(n_groups * count);
+        const size_t copies_before = count_copies();
+        cache_.append_slots(in.seq, in.tokens, seq_slots_.data(), copies_);
+        report(CacheEvent::Kind::append, in.seq, start, start + static_cast<int32_t>(count), -1,
+               static_cast<int32_t>(count_copies() - copies_before));
+        for (size_t g = 0; g < n_groups; ++g)  // [n_groups][count] -> each group's [n_rows]
+            std::copy_n(seq_slots_.begin() + static_cast<std::ptrdiff_t>(g * count), count,
+                        b.groups[g].slots.begin() + static_cast<std::ptrdiff_t>(first_row));
+        for (size_t t = 0; t < count; ++t) {
+            if (in.all_logits || t + 1 == count) b.logit_rows.push_back(static_cast<int32_t>(b.tokens.size()));
+            b.tokens.push_back(in.tokens[t]);
+            b.positions.push_back(start + static_cast<int32_t>(t));
+            b.row_seq.push_back(static_cast<int32_t>(i));
+        }
+    }
+    for (size_t g = 0; g < n_groups; ++g) {
+        GroupRows& rows = b.groups[g];
+        size_t stride = 1;
+        for (const SequenceInput& in : inputs) stride = std::max(stride, cache_.block_table(in.seq, g).size());
+        rows.table_stride = static_cast<int32_t>(stride);
+        rows.block_tables.assign(inputs.size() * stride, -1);
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            const auto& table = cache_.block_table(inputs[i].seq, g);
+            std::copy(table.begin(), table.end(), rows.block_tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
+        }
+    }
+
+    if (std::any_of(copies_.begin(), copies_.end(), [](const auto& c) { return !c.empty(); }))
+        backend_->copy_blocks(copies_);
+    return n_logit_rows;
+}
+
+int32_t Backend::forward_sample(const ForwardBatch&, const SamplerOptions&, double) {
+    throw Error("internal: the backend '" + name() + "' cannot sample where its logits are");
+}
+
+}  // namespace kvx

@@ -1,0 +1,46 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include "kernels/error.h"
+#include "engine/tokenizer/tokenizer_bpe.h"
+#include "engine/tokenizer/tokenizer_llama2c.h"
+
+namespace kvx {
+namespace {
+
+class Llama2cAdapter final : public Tokenizer {
+public:
+    Llama2cAdapter(const std::string& path, const ModelConfig& c) : impl_(path, c.vocab_size, c.bos_token_id) {}
+    std::vector<int32_t> encode(std::string_view text, bool add_bos) const override { return impl_.encode(text, add_bos); }
+    std::string decode(int32_t prev, int32_t token) const override { return impl_.decode(prev, token); }
+
+private:
+    Llama2cTokenizer impl_;
+};
+
+// Every id the tokenizer can produce must have a row in the model's embedding; a model may have more rows
+// than the tokenizer has tokens (padding), never fewer.
+void check_fits(const BpeTokenizer& t, int vocab_size) {
+    if (t.max_id() >= vocab_size)
+        throw Error(t.source() + " has " + std::to_string(t.n_tokens()) + " tokens (ids up to " +
+                    std::to_string(t.max_id()) + ") but the model's vocabulary has " + std::to_string(vocab_size));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir, const ModelConfig& config) {
+    if (config.tokenizer_type.empty())
+        throw Error("the model in '" + model_dir + "' has no tokenizer: pass token ids instead of text");
+    const std::string path = model_dir + "/" + config.tokenizer_file;
+    if (config.tokenizer_type == "llama2c") return std::make_unique<Llama2cAdapter>(path, config);
+    std::unique_ptr<BpeTokenizer> bpe;
+    if (config.tokenizer_type == "bpe")
+        bpe = std::make_unique<BpeTokenizer>(read_hf_tokenizer_json(path));
+    else if (config.tokenizer_type == "gpt2")
+        bpe = std::make_unique<BpeTokenizer>(read_gpt2_tokenizer(path, model_dir + "/" + config.tokenizer_merges_file));
+    else
+        throw Error("unsupported tokenizer type '" + config.tokenizer_type + "'");
+    check_fits(*bpe, config.vocab_size);
+    return bpe;
+}
+
+}  // namespace kvx
