@@ -13,12 +13,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/generation/beam_search.h"
 #include "kernels/error.h"
 #include "engine/runtime/sampler.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -60,7 +60,7 @@ Engine make_engine(const Model& model, const KernelTable& kernels, int32_t block
     EngineOptions o;
     o.block_size = block_size;
     o.num_blocks = num_blocks;
-    return Engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), o);
+    return Engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), o);
 }
 
 // One thread unless OMP_NUM_THREADS says otherwise, as smollm2_main.cpp does: ctest runs tests side by side

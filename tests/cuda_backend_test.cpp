@@ -1,12 +1,12 @@
 // The CUDA backend end to end: whole models against ONNX Runtime's logits with the CPU's tolerances, and
 // against the CPU backend for everything the engine does over the cache (greedy tokens, beams, rewinds,
-// windows, shared prefixes, batches). Every test exits as skipped where no GPU is present (cuda/test_main.cpp).
+// windows, shared prefixes, batches). Every test exits as skipped where no GPU is present (cuda/kernels/test_main.cpp).
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 
-#include "cpu/cpu_kernels.h"
-#include "cuda/decoder_cuda.h"
+#include "cpu/kernels/cpu_kernels.h"
+#include "cuda/backend/cuda_backend.h"
 #include "engine/generation/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/generation/generator.h"
@@ -15,7 +15,7 @@
 #include "engine/generation/position_logits.h"
 #include "engine/runtime/sampler.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -39,9 +39,9 @@ Engine make_engine(const Model& model, const Backends& b, int32_t block_size = 1
         cuda::CudaBackendOptions options;
         options.kv_dtype = b.kv_dtype;
         options.cuda_graphs = b.graphs;
-        backend = std::make_unique<cuda::DecoderCudaBackend>(model, options);
+        backend = std::make_unique<cuda::CudaBackend>(model, options);
     } else {
-        backend = std::make_unique<DecoderHostBackend>(model, cpu::cpu_kernels(cpu::best_simd_level()), b.kv_dtype);
+        backend = std::make_unique<cpu::CpuBackend>(model, cpu::cpu_kernels(cpu::best_simd_level()), b.kv_dtype);
     }
     return Engine(model.config, std::move(backend), o);
 }
@@ -135,7 +135,7 @@ TEST_CASE("CUDA graphs replay decode steps with the bits of direct launches", "[
     Engine with = make_engine(model, Backends{true, KvDtype::f32, true});
     Engine without = make_engine(model, Backends{true, KvDtype::f32, false});
     CHECK(position_logits(with, f.tokens, 4) == position_logits(without, f.tokens, 4));
-    const auto& backend = dynamic_cast<const cuda::DecoderCudaBackend&>(with.backend());
+    const auto& backend = dynamic_cast<const cuda::CudaBackend&>(with.backend());
     CHECK(backend.graph_captures() >= 1);
     CHECK(backend.graph_replays() >= static_cast<int64_t>(f.tokens.size()) - 8);
 }

@@ -2,11 +2,11 @@
 // Runtime gives for the same tokens, as if the sequence had been computed from scratch.
 #include <catch2/catch.hpp>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
 #include "kernels/error.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -17,7 +17,7 @@ Engine make_engine(const Model& model, int32_t block_size, int32_t num_blocks = 
     EngineOptions o;
     o.block_size = block_size;
     o.num_blocks = num_blocks;
-    return Engine(model.config, std::make_unique<DecoderHostBackend>(model, cpu::cpu_kernels(cpu::best_simd_level())), o);
+    return Engine(model.config, std::make_unique<cpu::CpuBackend>(model, cpu::cpu_kernels(cpu::best_simd_level())), o);
 }
 
 // Relative error of logits rows [first, first + rows) against ONNX Runtime's rows for those positions.

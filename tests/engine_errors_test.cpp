@@ -11,7 +11,7 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -24,7 +24,7 @@ Engine make_engine(const Model& model, int32_t context, int32_t block_size = 16,
     o.context = context;
     o.block_size = block_size;
     o.num_blocks = num_blocks;
-    return Engine(model.config, std::make_unique<DecoderHostBackend>(model, reference_kernels()), o);
+    return Engine(model.config, std::make_unique<cpu::CpuBackend>(model, reference_kernels()), o);
 }
 
 // A copy of a fixture's model directory that a test may damage.

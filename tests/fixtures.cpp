@@ -9,10 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 namespace kvx::test {
 
@@ -70,7 +70,7 @@ std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable
                                            int32_t block_size, KvDtype kv_dtype) {
     EngineOptions options;
     options.block_size = block_size;
-    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels, kv_dtype), options);
+    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels, kv_dtype), options);
     std::vector<float> all = position_logits(engine, tokens, static_cast<size_t>(n_prefill));
     engine.cache_groups().check_invariants();
     for (size_t g = 0; g < engine.cache_groups().num_groups(); ++g)

@@ -2,10 +2,10 @@
 // against full recompute, every block size against block size 16, batched against alone.
 #include <catch2/catch.hpp>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -33,7 +33,7 @@ TEST_CASE("cached decode equals a full recompute at every step", "[model][cache]
     for (const Fixture& f : load_fixtures()) {
         const Model model = load_model(f.model_dir);
         const auto cached = run_prefill_then_decode(model, kernels, f.tokens, f.n_prefill);
-        Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), EngineOptions{});
+        Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), EngineOptions{});
         double worst = 0;
         for (size_t end = static_cast<size_t>(f.n_prefill); end < f.tokens.size(); ++end) {
             const SeqId fresh = engine.new_sequence();
@@ -80,7 +80,7 @@ TEST_CASE("sequences batched in one pass get the logits they get alone", "[model
     EngineOptions options;
     options.block_size = 4;
     options.num_blocks = 64;
-    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
+    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), options);
     // Sequence a is a whole prefill ahead of b: each step decodes a and prefills a chunk of b together.
     const SeqId a = engine.new_sequence(), b = engine.new_sequence();
     const size_t n_prefill = static_cast<size_t>(f.n_prefill);
@@ -120,7 +120,7 @@ TEST_CASE("an fp16 KV cache gives ONNX Runtime's logits within 2e-3", "[model][o
     const auto fp16 = run_prefill_then_decode(model, reference_kernels(), f.tokens, f.n_prefill, 16, KvDtype::f16);
     CHECK(fp16 != fp32);
     auto block_bytes = [&](KvDtype dtype) {
-        DecoderHostBackend backend(model, reference_kernels(), dtype);
+        cpu::CpuBackend backend(model, reference_kernels(), dtype);
         std::vector<int32_t> layers(static_cast<size_t>(model.config.n_layers));
         for (size_t l = 0; l < layers.size(); ++l) layers[l] = static_cast<int32_t>(l);
         backend.allocate_kv({LayerGroupSpec{0, 1, layers}}, 16);
@@ -156,7 +156,7 @@ TEST_CASE("several prompts prefill in one pass and decode together as they would
     EngineOptions options;
     options.block_size = 4;
     options.num_blocks = 64;
-    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
+    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), options);
     std::vector<SeqId> seqs;
     std::vector<SequenceInput> prefill;
     for (int i = 0; i < kSeqs; ++i) {

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
 #include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
 #include "engine/runtime/sampler.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -38,7 +38,7 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 Engine small_engine(const Model& model, const KernelTable& kernels, int32_t context) {
     EngineOptions options;
     options.context = context;
-    return Engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
+    return Engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), options);
 }
 
 }  // namespace

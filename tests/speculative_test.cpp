@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
 #include "kernels/error.h"
 #include "engine/generation/generator.h"
 #include "engine/generation/prompt_lookup.h"
 #include "engine/generation/speculative.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -52,7 +52,7 @@ Run run_generation(const Model& model, const KernelTable& kernels, std::span<con
                    const GenerationOptions& options, const SamplerOptions& sampling, int32_t context = 0) {
     EngineOptions engine_options;
     engine_options.context = context;
-    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), engine_options);
+    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), engine_options);
     Sampler sampler(sampling);
     const NoText no_text;
     const SeqId seq = engine.new_sequence();
@@ -149,7 +149,7 @@ TEST_CASE("a row of a multi-row pass gets the logits of a single-row decode step
     for (const Fixture& f : load_fixtures()) {
         const Model model = load_model(f.model_dir);
         for (const KernelTable* kernels : tables) {
-            Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, *kernels), EngineOptions{});
+            Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, *kernels), EngineOptions{});
             INFO(f.name << " on " << kernels->name);
             CHECK(multi_row_pass_equals_decode_steps(engine, f.tokens, static_cast<size_t>(f.n_prefill), 9));
         }
@@ -287,7 +287,7 @@ TEST_CASE("the interrupted poll ends speculative decoding where plain decoding e
 TEST_CASE("speculative options out of range are refused before any work", "[speculative]") {
     const Fixture f = load_fixture("stories260K");
     const Model model = load_model(f.model_dir);
-    Engine engine(model.config, std::make_unique<DecoderHostBackend>(model, best_kernels()), EngineOptions{});
+    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, best_kernels()), EngineOptions{});
     Sampler sampler(greedy());
     const NoText no_text;
     const SeqId seq = engine.new_sequence();

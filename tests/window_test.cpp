@@ -10,12 +10,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
 #include "kernels/error.h"
 #include "engine/model/model_config.h"
 #include "fixtures.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;
@@ -28,7 +28,7 @@ Engine make_engine(const Model& model, const KernelTable& kernels, int32_t block
     EngineOptions options;
     options.block_size = block_size;
     options.max_chunk = max_chunk;
-    return Engine(model.config, std::make_unique<DecoderHostBackend>(model, kernels), options);
+    return Engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), options);
 }
 
 // The fixture's own run (a prefill, then decode steps) as a schedule too.

@@ -22,7 +22,7 @@
 // ask every group before any rewinds, and a prefix hit is the longest prefix every group can serve.
 //
 // The engine builds one from the model's config (sliding_window) and hands each group's slots, tables and
-// window to the backend in ForwardBatch::groups; each layer reads its own group's (models/decoder_host.cpp).
+// window to the backend in ForwardBatch::groups; each layer reads its own group's (cpu/backend/cpu_backend.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // What the engine needs from a compute backend: KV storage for the block pools, block copies for
 // copy-on-write, and the model's forward pass over a ForwardBatch. The host-kernel backend
-// (models/decoder_host.h) serves every CPU KernelTable, the reference one included; a CUDA backend
+// (cpu/backend/cpu_backend.h) serves every CPU KernelTable, the reference one included; a CUDA backend
 // implements the same interface over device memory.
 #pragma once
 

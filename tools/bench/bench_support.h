@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "tools/bench/machine_ceiling.h"
 
 namespace kvx::bench {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 
 namespace kvx::bench {
 

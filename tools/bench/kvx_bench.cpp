@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "tools/bench/bench_support.h"
 #include "tools/bench/machine_ceiling.h"
 #if KVX_WITH_CUDA

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "tools/bench/fma_peak.h"
 
 namespace kvx::bench {

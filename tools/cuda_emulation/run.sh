@@ -18,12 +18,12 @@ build() { [ -f "$out/obj/$2.o" ] || g++ $flags ${3:-} -c "$1" -o "$out/obj/$2.o"
 build "$here/main.cpp" main
 build "$here/runtime.cpp" runtime
 build "$repo/kernels/reference.cpp" reference
-build "$repo/engine/sampler.cpp" sampler
-build "$repo/cuda/attention_plan.cpp" attention_plan
+build "$repo/engine/runtime/sampler.cpp" sampler
+build "$repo/cuda/kernels/attention_plan.cpp" attention_plan
 for k in "${names[@]}"; do
-  python3 "$here/rewrite.py" "$repo/cuda/$k.cu" "$out/gen/$k.cpp"
+  python3 "$here/rewrite.py" "$repo/cuda/kernels/$k.cu" "$out/gen/$k.cpp"
   g++ $flags -include "$here/emu.h" -c "$out/gen/$k.cpp" -o "$out/obj/$k.o" &
-  g++ $flags -c "$repo/cuda/${k}_test.cpp" -o "$out/obj/${k}_test.o" &
+  g++ $flags -c "$repo/cuda/kernels/${k}_test.cpp" -o "$out/obj/${k}_test.o" &
   wait
   g++ $flags "$out/obj/$k.o" "$out/obj/${k}_test.o" "$out/obj/reference.o" "$out/obj/runtime.o" "$out/obj/main.o" \
       "$out/obj/sampler.o" "$out/obj/attention_plan.o" -o "$out/emu_$k" -lpthread

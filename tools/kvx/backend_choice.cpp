@@ -5,12 +5,12 @@
 #include <optional>
 #include <omp.h>
 
-#include "cpu/cpu_kernels.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
-#include "models/decoder_host.h"
+#include "cpu/backend/cpu_backend.h"
 #ifdef KVX_WITH_CUDA
-#include "cuda/decoder_cuda.h"
+#include "cuda/backend/cuda_backend.h"
 #endif
 
 namespace kvx::cli {
@@ -54,10 +54,10 @@ std::unique_ptr<Backend> make_backend(const Model& model, const RunOptions& opti
     if (options.device == "cuda") {
         cuda::CudaBackendOptions cuda_options;
         cuda_options.kv_dtype = kv_dtype_for(options.kv_dtype);
-        return std::make_unique<cuda::DecoderCudaBackend>(model, cuda_options);
+        return std::make_unique<cuda::CudaBackend>(model, cuda_options);
     }
 #endif
-    return std::make_unique<DecoderHostBackend>(model, kernels_for(chosen_simd(options)), kv_dtype_for(options.kv_dtype));
+    return std::make_unique<cpu::CpuBackend>(model, kernels_for(chosen_simd(options)), kv_dtype_for(options.kv_dtype));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tools/bench/cuda/bench_timing.h"
-#include "cuda/cuda_kernels.h"
+#include "cuda/kernels/cuda_kernels.h"
 
 namespace kvx::cuda::bench {
 namespace {

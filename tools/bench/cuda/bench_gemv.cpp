@@ -1,6 +1,6 @@
 // The decode GEMV (gemv_f32, gemv_f16) against cuBLAS at the matrix shapes of a 1B-class Llama, for one
 // and for kGemvMaxRows rows of x: out [n][m] = x [n][k] . w [m][k]^T. cuBLAS is what the backend uses for
-// larger batches, through the backend's own Blas (cuda/blas.h): cublasSgemm without TF32 for fp32 weights;
+// larger batches, through the backend's own Blas (cuda/backend/blas.h): cublasSgemm without TF32 for fp32 weights;
 // for fp16 weights x converted to fp16 (counted in the call's time, as the backend pays it on every
 // product) and cublasGemmEx with fp32 accumulation.
 //
@@ -9,9 +9,9 @@
 #include <type_traits>
 
 #include "tools/bench/cuda/bench_timing.h"
-#include "cuda/blas.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_kernels.h"
+#include "cuda/backend/blas.h"
+#include "cuda/kernels/cuda_check.h"
+#include "cuda/kernels/cuda_kernels.h"
 
 namespace kvx::cuda::bench {
 namespace {

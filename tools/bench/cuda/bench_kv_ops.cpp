@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "tools/bench/cuda/bench_timing.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_kernels.h"
+#include "cuda/kernels/cuda_check.h"
+#include "cuda/kernels/cuda_kernels.h"
 
 namespace kvx::cuda::bench {
 namespace {

@@ -7,7 +7,7 @@
 #include <span>
 #include <stdexcept>
 
-#include "cuda/cuda_check.h"
+#include "cuda/kernels/cuda_check.h"
 #include "tools/bench/cuda/event_timer.h"
 #include "tools/bench/bench_support.h"
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_buffer.h"
+#include "cuda/kernels/device_buffer.h"
 
 namespace kvx::cuda::bench {
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_buffer.h"
+#include "cuda/kernels/cuda_check.h"
+#include "cuda/kernels/device_buffer.h"
 #include "tools/bench/cuda/event_timer.h"
 
 namespace kvx::cuda {

@@ -5,7 +5,7 @@
 
 #include "tools/bench/cuda/bench_timing.h"
 #include "tools/bench/cuda/copy_bandwidth.h"
-#include "cuda/device_probe.h"
+#include "cuda/kernels/device_probe.h"
 
 namespace kvx::cuda {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "tools/bench/cuda/copy_bandwidth.h"
-#include "cuda/decoder_cuda.h"
-#include "cuda/device_probe.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/kernels/device_probe.h"
 #include "engine/runtime/engine.h"
 #include "kernels/error.h"
 #include "tools/bench/cuda/cuda_decode_run.h"
@@ -146,8 +146,8 @@ int run(const Options& o) {
     backend_options.kv_dtype = o.kv_dtype == "f16" ? kvx::KvDtype::f16 : kvx::KvDtype::f32;
     backend_options.cuda_graphs = o.cuda_graphs == "on";
     backend_options.hand_gemv = o.gemv == "hand";
-    auto backend = std::make_unique<kvx::cuda::DecoderCudaBackend>(llama.model(), backend_options);
-    const kvx::cuda::DecoderCudaBackend& cuda_backend = *backend;  // owned by the engine from here on
+    auto backend = std::make_unique<kvx::cuda::CudaBackend>(llama.model(), backend_options);
+    const kvx::cuda::CudaBackend& cuda_backend = *backend;  // owned by the engine from here on
 
     kvx::EngineOptions engine_options;
     engine_options.context = context;

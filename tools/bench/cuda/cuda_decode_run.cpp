@@ -6,7 +6,7 @@
 
 namespace kvx::bench {
 
-DecodeMeasurement measure_decode(Engine& engine, const cuda::DecoderCudaBackend& backend, int batch, int prompt,
+DecodeMeasurement measure_decode(Engine& engine, const cuda::CudaBackend& backend, int batch, int prompt,
                                  int steps, uint64_t seed) {
     std::mt19937 generator(static_cast<std::mt19937::result_type>(seed));
     std::uniform_int_distribution<int32_t> token(0, engine.vocab_size() - 1);

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/decoder_cuda.h"
+#include "cuda/backend/cuda_backend.h"
 #include "engine/runtime/engine.h"
 
 namespace kvx::bench {
@@ -29,7 +29,7 @@ struct DecodeMeasurement {
 // Runs `batch` new sequences of the engine (whose backend is `backend`) through a `prompt`-token prefill,
 // one untimed warm-up step and `steps` timed steps, then frees them. Tokens are pseudo-random from `seed`
 // (what they are does not change the work).
-DecodeMeasurement measure_decode(Engine& engine, const cuda::DecoderCudaBackend& backend, int batch, int prompt,
+DecodeMeasurement measure_decode(Engine& engine, const cuda::CudaBackend& backend, int batch, int prompt,
                                  int steps, uint64_t seed);
 
 }  // namespace kvx::bench

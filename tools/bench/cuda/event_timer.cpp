@@ -1,6 +1,6 @@
 #include "tools/bench/cuda/event_timer.h"
 
-#include "cuda/cuda_check.h"
+#include "cuda/kernels/cuda_check.h"
 
 namespace kvx::cuda {
 

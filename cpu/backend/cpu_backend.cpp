@@ -1,0 +1,229 @@
+#include "cpu/backend/cpu_backend.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/error.h"
+
+namespace kvx::cpu {
+
+CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype)
+    : model_(model), kernels_(kernels), kv_dtype_(kv_dtype),
+      kv_elem_bytes_(kv_dtype == KvDtype::f16 ? sizeof(uint16_t) : sizeof(float)) {
+    const bool gpt2 = model.config.architecture == Architecture::gpt2;
+    const bool f16 = model.config.weights_dtype == WeightDtype::f16;
+    const std::pair<bool, const char*> needs[] = {
+        {f16 && !kernels.matmul_f16, "matmul_f16 (fp16 weights)"},
+        {!kernels.matmuls, "matmuls"},
+        {gpt2 && !kernels.layernorm, "layernorm"},
+        {gpt2 && !kernels.gelu_tanh, "gelu_tanh"},
+        {!kernels.add_bias, "add_bias"},
+        {kv_dtype == KvDtype::f16 && !kernels.kv_append_f16, "kv_append_f16 (fp16 KV cache)"},
+    };
+    for (const auto& [missing, what] : needs)
+        if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
+}
+
+void CpuBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) {
+    const ModelConfig& c = model_.config;
+    const auto n_layers = static_cast<size_t>(c.n_layers);
+    groups_ = groups;
+    layer_group_ = group_of_each_layer(groups, c.n_layers);
+    block_size_ = block_size;
+    block_elems_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
+    k_cache_.clear();
+    v_cache_.clear();
+    for (size_t layer = 0; layer < n_layers; ++layer) {
+        const LayerGroupSpec& group = groups[layer_group_[layer]];
+        const size_t layer_bytes = block_elems_ * kv_elem_bytes_ * static_cast<size_t>(group.num_blocks);
+        try {
+            k_cache_.emplace_back(layer_bytes);
+            v_cache_.emplace_back(layer_bytes);
+        } catch (const std::bad_alloc&) {
+            throw Error("cannot allocate the KV cache: " + std::to_string(group.num_blocks) + " blocks of " +
+                        std::to_string(kv_bytes_per_block(layer_group_[layer])) + " bytes (lower -c)");
+        }
+    }
+}
+
+size_t CpuBackend::kv_bytes_per_block(size_t group) const {
+    return 2 * groups_.at(group).layers.size() * block_elems_ * kv_elem_bytes_;
+}
+
+// The manager's copies never write a block another copy reads (each dst is freshly allocated, each src still
+// shared), as the kernel requires. Group g's copies name g's blocks, in g's layers only.
+void CpuBackend::copy_blocks(std::span<const std::vector<BlockCopy>> copies) {
+    for (size_t layer = 0; layer < k_cache_.size(); ++layer) {
+        const std::vector<BlockCopy>& mine = copies[layer_group_[layer]];
+        if (mine.empty()) continue;
+        kernels_.copy_blocks(k_cache_[layer].data(), v_cache_[layer].data(), mine.data(), static_cast<int>(mine.size()),
+                             static_cast<int64_t>(block_elems_), static_cast<int>(kv_elem_bytes_));
+    }
+}
+
+void CpuBackend::ensure_scratch(int32_t n_rows) {
+    if (n_rows <= scratch_rows_) return;
+    const ModelConfig& c = model_.config;
+    const size_t n = static_cast<size_t>(n_rows);
+    x_.resize(n * c.dim);
+    xn_.resize(n * c.dim);
+    q_.resize(n * c.q_dim());
+    k_.resize(n * c.kv_dim());
+    v_.resize(n * c.kv_dim());
+    att_.resize(n * c.q_dim());
+    if (c.architecture == Architecture::llama) gate_.resize(n * c.hidden_dim);
+    up_.resize(n * c.hidden_dim);
+    proj_.resize(n * c.dim);
+    pos_row_.resize(c.dim);
+    rope_cos_.resize(n * c.head_dim / 2);
+    rope_sin_.resize(n * c.head_dim / 2);
+    scratch_rows_ = n_rows;
+}
+
+void CpuBackend::attention_block(int layer, const ForwardBatch& batch) {
+    const ModelConfig& c = model_.config;
+    const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
+    const int32_t n = batch.n_rows();
+    norm(xn_.data(), x_.data(), w.attn_norm, n);
+    linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, xn_.data(), n);
+    if (c.architecture == Architecture::llama) {
+        kernels_.rope(q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim);
+        kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
+    }
+
+    const GroupRows& rows = batch.groups[layer_group_[static_cast<size_t>(layer)]];
+    std::byte* k_cache = k_cache_[static_cast<size_t>(layer)].data();
+    std::byte* v_cache = v_cache_[static_cast<size_t>(layer)].data();
+    if (kv_dtype_ == KvDtype::f16)
+        kernels_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), k_.data(),
+                               v_.data(), rows.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+    else
+        kernels_.kv_append(reinterpret_cast<float*>(k_cache), reinterpret_cast<float*>(v_cache), k_.data(), v_.data(),
+                           rows.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+
+    PagedAttentionArgs a;
+    a.q = q_.data();
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.block_tables = rows.block_tables.data();
+    a.row_seq = batch.row_seq.data();
+    a.row_pos = batch.positions.data();
+    a.out = att_.data();
+    a.n_rows = n;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.block_size = block_size_;
+    a.kv_dtype = kv_dtype_;
+    a.table_stride = rows.table_stride;
+    a.window = rows.window;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    kernels_.paged_attention(a);
+
+    linear(proj_.data(), att_.data(), w.wo, n);
+    kernels_.add(x_.data(), proj_.data(), int64_t{n} * c.dim);
+}
+
+void CpuBackend::mlp_block(int layer, int32_t n) {
+    const ModelConfig& c = model_.config;
+    const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
+    const int64_t inner = int64_t{n} * c.hidden_dim;
+    norm(xn_.data(), x_.data(), w.ffn_norm, n);
+    if (c.architecture == Architecture::llama) {
+        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
+        kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
+    } else {
+        linear(up_.data(), xn_.data(), w.w_up, n);
+        kernels_.gelu_tanh(up_.data(), up_.data(), inner);
+    }
+    linear(proj_.data(), up_.data(), w.w_down, n);
+    kernels_.add(x_.data(), proj_.data(), int64_t{n} * c.dim);
+}
+
+// out [n_rows][weight.rows] = x [n_rows][weight.cols] . weight^T (+ bias), in the weight's stored dtype.
+void CpuBackend::linear(float* out, const float* x, const Linear& layer, int32_t n) {
+    linears({{out, layer}}, x, n);
+}
+
+// Each output of the group as linear would compute it: one kernel call for the group, so a decode step
+// wakes the threads once for, say, q, k and v instead of once per projection.
+void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n) {
+    std::array<MatmulPart, kMaxLinearGroup> parts;
+    if (group.size() > parts.size()) throw Error("internal: a linear group larger than kMaxLinearGroup");
+    int k = 0;
+    size_t count = 0;
+    for (const LinearOutput& o : group) {
+        const WeightMatrix& w = o.layer.weight;
+        if (count > 0 && w.cols != k) throw Error("internal: a linear group's weights differ in input width");
+        k = static_cast<int>(w.cols);
+        MatmulPart& part = parts[count++];
+        part.out = o.out;
+        part.m = static_cast<int>(w.rows);
+        part.w_f32 = w.dtype == WeightDtype::f32 ? w.f32() : nullptr;
+        part.w_f16 = w.dtype == WeightDtype::f32 ? nullptr : w.f16();
+    }
+    kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
+    for (const LinearOutput& o : group)
+        if (o.layer.bias) kernels_.add_bias(o.out, o.layer.bias, n, static_cast<int>(o.layer.weight.rows));
+}
+
+void CpuBackend::norm(float* out, const float* x, const Norm& weights, int32_t n) {
+    const ModelConfig& c = model_.config;
+    if (c.architecture == Architecture::llama)
+        kernels_.rmsnorm(out, x, weights.weight, n, c.dim, c.norm_eps);
+    else
+        kernels_.layernorm(out, x, weights.weight, weights.bias, n, c.dim, c.norm_eps);
+}
+
+// x [n_rows][dim] = the token's embedding (+ the learned position embedding for gpt2). Rotary models get
+// each row's cos/sin instead, shared by all layers: angle = position * inv_freq in fp32, as the ONNX graph
+// computes it.
+void CpuBackend::embed(const ForwardBatch& batch) {
+    const ModelConfig& c = model_.config;
+    const int32_t n = batch.n_rows();
+    const size_t dim = static_cast<size_t>(c.dim);
+    for (int32_t r = 0; r < n; ++r) {
+        const int32_t token = batch.tokens[static_cast<size_t>(r)];  // range-checked by the engine
+        model_.tok_embeddings.row_to_f32(token, &x_[static_cast<size_t>(r) * dim]);
+    }
+    if (c.architecture == Architecture::gpt2) {
+        for (int32_t r = 0; r < n; ++r) {  // positions < context <= max_seq_len, checked by the engine
+            model_.pos_embeddings.row_to_f32(batch.positions[static_cast<size_t>(r)], pos_row_.data());
+            kernels_.add(&x_[static_cast<size_t>(r) * dim], pos_row_.data(), c.dim);
+        }
+        return;
+    }
+    const int half = c.head_dim / 2;
+    for (int32_t r = 0; r < n; ++r)
+        for (int i = 0; i < half; ++i) {
+            const float angle = static_cast<float>(batch.positions[static_cast<size_t>(r)]) * model_.rope_inv_freq[i];
+            rope_cos_[static_cast<size_t>(r * half + i)] = std::cos(angle);
+            rope_sin_[static_cast<size_t>(r * half + i)] = std::sin(angle);
+        }
+}
+
+void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
+    if (groups_.empty()) throw Error("internal: forward before allocate_kv");
+    if (batch.groups.size() != groups_.size()) throw Error("internal: the batch's layer groups are not the cache's");
+    const ModelConfig& c = model_.config;
+    const int32_t n = batch.n_rows();
+    ensure_scratch(n);
+    embed(batch);
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+        attention_block(layer, batch);
+        mlp_block(layer, n);
+    }
+
+    // Only the rows whose logits are wanted go through the final norm and the classifier, the largest
+    // matrix of a small model.
+    const size_t dim = static_cast<size_t>(c.dim);
+    const int32_t n_out = static_cast<int32_t>(batch.logit_rows.size());
+    for (int32_t i = 0; i < n_out; ++i)
+        std::memcpy(&proj_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(batch.logit_rows[static_cast<size_t>(i)]) * dim],
+                    dim * sizeof(float));
+    norm(xn_.data(), proj_.data(), model_.final_norm, n_out);
+    linear(logits, xn_.data(), Linear{model_.classifier, nullptr}, n_out);
+}
+
+}  // namespace kvx::cpu

@@ -1,0 +1,75 @@
+// The decoder forward pass (llama and gpt2 families) on host memory, computed by any KernelTable: the SIMD
+// CPU kernels for speed, the reference kernels as the oracle. Weights are used in place from the
+// memory-mapped model, in their stored dtype (f32 or f16).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "engine/runtime/backend.h"
+#include "engine/model/model.h"
+#include "kernels/kernels.h"
+
+namespace kvx::cpu {
+
+class CpuBackend final : public Backend {
+public:
+    // kv_dtype is what the cache stores (--kv-dtype): fp16 halves the K/V bytes a decode step reads;
+    // attention still computes in fp32. Throws kvx::Error when the kernel table lacks a kernel this model or
+    // this cache type needs.
+    CpuBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype = KvDtype::f32);
+
+    std::string name() const override { return kernels_.name; }
+    void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) override;
+    size_t kv_bytes_per_block(size_t group) const override;
+    void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
+    void forward(const ForwardBatch& batch, float* logits) override;
+
+private:
+    void ensure_scratch(int32_t n_rows);
+    void embed(const ForwardBatch& batch);
+    struct LinearOutput {
+        float* out;           // [n_rows][layer.weight.rows]
+        const Linear& layer;
+    };
+    static constexpr size_t kMaxLinearGroup = 3;  // q, k and v
+    void linear(float* out, const float* x, const Linear& layer, int32_t n_rows);
+    void linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n_rows);
+    void norm(float* out, const float* x, const Norm& weights, int32_t n_rows);
+    void attention_block(int layer, const ForwardBatch& batch);
+    void mlp_block(int layer, int32_t n_rows);
+
+    const Model& model_;
+    const KernelTable& kernels_;
+    const KvDtype kv_dtype_;
+    size_t kv_elem_bytes_;              // 4 (f32) or 2 (f16)
+    int32_t block_size_ = 0;
+    size_t block_elems_ = 0;            // elements of one block in one layer's K (or V): kv_heads * block_size * head_dim
+    // A layer's K/V live in its group's pool: num_blocks is that group's, and block ids are the group's.
+    std::vector<LayerGroupSpec> groups_;       // [n_groups], as the engine's cache
+    std::vector<size_t> layer_group_;          // [n_layers] the group whose slots and tables the layer uses
+    // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype_, as bytes so one member
+    // serves both types; operator new's 16-byte alignment suits either.
+    std::vector<std::vector<std::byte>> k_cache_;
+    std::vector<std::vector<std::byte>> v_cache_;  // same layout as k_cache_
+
+    // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode.
+    int32_t scratch_rows_ = 0;
+    std::vector<float> x_;       // [n_rows][dim] residual stream
+    std::vector<float> xn_;      // [n_rows][dim] normalised input of the current block
+    std::vector<float> q_;       // [n_rows][n_heads][head_dim]
+    std::vector<float> k_;       // [n_rows][n_kv_heads][head_dim]
+    std::vector<float> v_;       // [n_rows][n_kv_heads][head_dim]
+    std::vector<float> att_;     // [n_rows][n_heads][head_dim] attention output before wo
+    std::vector<float> gate_;    // [n_rows][hidden_dim] SwiGLU gate (llama)
+    std::vector<float> up_;      // [n_rows][hidden_dim] MLP inner activations
+    std::vector<float> proj_;    // [n_rows][dim] output of wo / w_down before the residual add
+    std::vector<float> pos_row_; // [dim] one learned position embedding converted to fp32 (gpt2)
+    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2] (llama)
+    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2] (llama)
+};
+
+}  // namespace kvx::cpu

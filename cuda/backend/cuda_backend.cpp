@@ -1,0 +1,378 @@
+#include "cuda/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "cuda/backend/batch_staging.h"
+#include "cuda/backend/blas.h"
+#include "cuda/kernels/cuda_kernels.h"
+#include "cuda/kernels/device_probe.h"
+#include "cuda/backend/device_weights.h"
+#include "cuda/backend/graph_cache.h"
+#include "kernels/error.h"
+
+namespace kvx::cuda {
+namespace {
+
+// The attention workspace (split-K partials) is bounded: a launch gets as many partitions as fit.
+constexpr size_t kAttentionWorkspaceBudgetFloats = size_t{32} << 20;  // 128 MiB
+
+// Block tables are widened to a power of two (at least this) so that a CUDA graph serves every step until
+// the longest sequence crosses the next power of two.
+constexpr int32_t kMinTableBucket = 8;
+
+int32_t table_bucket(int32_t stride) {
+    return std::max(kMinTableBucket, static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(std::max(stride, 1)))));
+}
+
+// The backend's one stream. Declared first in State, so destroyed last: cuBLAS's handle and the graphs
+// still refer to it while they go.
+class OwnedStream {
+public:
+    OwnedStream() {
+        const std::string why = unavailable_reason();
+        if (!why.empty()) throw Error("--device cuda: " + why);
+        check(cudaSetDevice(0), "cudaSetDevice");
+        check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    ~OwnedStream() { cudaStreamDestroy(stream_); }
+    OwnedStream(const OwnedStream&) = delete;
+    OwnedStream& operator=(const OwnedStream&) = delete;
+    cudaStream_t get() const { return stream_; }
+
+private:
+    cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+struct CudaBackend::State {
+    State(const Model& m, const CudaBackendOptions& o)
+        : owned_stream(), model(m), options(o), stream(owned_stream.get()), weights(m), blas(stream) {
+        check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    }
+    ~State() { cudaStreamSynchronize(stream); }  // no buffer is freed under a kernel still running
+
+    OwnedStream owned_stream;
+    const Model& model;
+    const CudaBackendOptions options;
+    cudaStream_t stream;  // every launch and copy of this backend, in order
+    DeviceWeights weights;
+    Blas blas;
+    int sm_count = 0;
+
+    // KV pools: a layer's K/V live in its group's pool, [num_blocks][n_kv_heads][block_size][head_dim] of
+    // kv_dtype each.
+    std::vector<LayerGroupSpec> groups;
+    std::vector<size_t> layer_group;  // [n_layers]
+    int32_t block_size = 0;
+    size_t block_elems = 0;           // one block of one layer's K: n_kv_heads * block_size * head_dim
+    size_t kv_elem_bytes = 4;
+    std::vector<DeviceBuffer<std::byte>> k_cache, v_cache;  // [n_layers]
+    DeviceBuffer<BlockCopy> copy_pairs;                     // [pairs of one copy_blocks call]
+
+    // Activations, grown to the largest batch seen (growth moves them: generation changes).
+    int32_t scratch_rows = 0;
+    DeviceBuffer<float> x, xn, q, k, v, att, gate, up, proj;  // [rows][dim | q_dim | kv_dim | hidden_dim]
+    DeviceBuffer<float> rope_cos, rope_sin;                   // [rows][head_dim / 2]
+    DeviceBuffer<uint16_t> x_f16;                             // [rows][widest input] fp16 copy for GemmEx
+    DeviceBuffer<float> logits;                               // [rows][vocab_size]
+    DeviceBuffer<float> attention_workspace;                  // [attention_workspace_floats(...)]
+    uint64_t scratch_generation = 0;
+
+    BatchStaging staging;
+    GraphCache graphs;
+    DeviceBuffer<int32_t> picked;           // [1] the token forward_sample picked
+    DeviceBuffer<std::byte> sample_scratch; // [sampling_scratch_bytes(vocab_size)]
+
+    void ensure_scratch(int32_t rows, size_t workspace_floats);
+    void linear(float* out, const float* in, const DeviceLinear& l, int n);
+    void norm(float* out, const float* in, const DeviceNorm& w, int n);
+    void add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n);
+    void run_pass(const ForwardBatch& batch);  // enqueues the pass; its logits end in `logits`
+    void enqueue_forward(const StagedBatch& b, const StagingShape& shape,
+                         const std::vector<AttentionPartitions>& partitions);
+};
+
+void CudaBackend::State::ensure_scratch(int32_t rows, size_t workspace_floats) {
+    if (workspace_floats > attention_workspace.size()) {
+        attention_workspace.resize(std::max(workspace_floats, attention_workspace.size() * 2));
+        ++scratch_generation;
+    }
+    if (rows <= scratch_rows) return;
+    const ModelConfig& c = model.config;
+    const auto n = static_cast<size_t>(std::max(rows, 2 * scratch_rows));
+    x.resize(n * c.dim);
+    xn.resize(n * c.dim);
+    q.resize(n * c.q_dim());
+    k.resize(n * c.kv_dim());
+    v.resize(n * c.kv_dim());
+    att.resize(n * c.q_dim());
+    if (c.architecture == Architecture::llama) gate.resize(n * c.hidden_dim);
+    up.resize(n * c.hidden_dim);
+    proj.resize(n * c.dim);
+    rope_cos.resize(n * static_cast<size_t>(c.head_dim / 2));
+    rope_sin.resize(n * static_cast<size_t>(c.head_dim / 2));
+    x_f16.resize(n * static_cast<size_t>(std::max({c.dim, c.hidden_dim, c.q_dim()})));
+    logits.resize(n * static_cast<size_t>(c.vocab_size));
+    scratch_rows = static_cast<int32_t>(n);
+    ++scratch_generation;
+}
+
+// out [n][rows] = in [n][cols] . weight^T (+ bias): the GEMV for decode-sized batches, cuBLAS beyond.
+void CudaBackend::State::linear(float* out, const float* in, const DeviceLinear& l, int n) {
+    const DeviceMatrix& w = l.weight;
+    if (options.hand_gemv && n <= kGemvMaxRows) {
+        if (w.f16)
+            gemv_f16(out, in, static_cast<const uint16_t*>(w.data), l.bias, n, w.cols, w.rows, stream);
+        else
+            gemv_f32(out, in, static_cast<const float*>(w.data), l.bias, n, w.cols, w.rows, stream);
+        return;
+    }
+    if (w.f16)
+        blas.matmul_f16(out, in, static_cast<const uint16_t*>(w.data), x_f16.data(), n, w.cols, w.rows);
+    else
+        blas.matmul_f32(out, in, static_cast<const float*>(w.data), n, w.cols, w.rows);
+    if (l.bias) add_bias(out, l.bias, n, w.rows, stream);
+}
+
+void CudaBackend::State::norm(float* out, const float* in, const DeviceNorm& w, int n) {
+    const ModelConfig& c = model.config;
+    if (c.architecture == Architecture::llama)
+        rmsnorm(out, in, w.weight, n, c.dim, c.norm_eps, stream);
+    else
+        layernorm(out, in, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
+}
+
+// residual += delta, then out = norm(residual): the CPU's add then norm, in one pass.
+void CudaBackend::State::add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n) {
+    const ModelConfig& c = model.config;
+    if (c.architecture == Architecture::llama)
+        add_rmsnorm(out, residual, delta, w.weight, n, c.dim, c.norm_eps, stream);
+    else
+        add_layernorm(out, residual, delta, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
+}
+
+// The whole pass, every launch on `stream` and every address fixed by the shape and the generation, so
+// that it can be captured as one graph.
+void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShape& shape,
+                                                const std::vector<AttentionPartitions>& partitions) {
+    const ModelConfig& c = model.config;
+    const int n = shape.n_rows;
+    const bool llama = c.architecture == Architecture::llama;
+    const DeviceMatrix& pos = weights.pos_embeddings;
+    embed(x.data(), b.tokens, weights.tok_embeddings.data, weights.tok_embeddings.f16, llama ? nullptr : pos.data,
+          pos.f16, b.positions, n, c.dim, stream);
+    if (llama) rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, c.head_dim / 2, stream);
+
+    for (size_t layer = 0; layer < weights.layers.size(); ++layer) {
+        const DeviceLayer& w = weights.layers[layer];
+        // The previous layer's MLP output joins the residual stream in the same pass as this norm.
+        if (layer == 0)
+            norm(xn.data(), x.data(), w.attn_norm, n);
+        else
+            add_norm(xn.data(), x.data(), proj.data(), w.attn_norm, n);
+        linear(q.data(), xn.data(), w.wq, n);
+        linear(k.data(), xn.data(), w.wk, n);
+        linear(v.data(), xn.data(), w.wv, n);
+        if (llama) {
+            rope(q.data(), rope_cos.data(), rope_sin.data(), n, c.n_heads, c.head_dim, stream);
+            rope(k.data(), rope_cos.data(), rope_sin.data(), n, c.n_kv_heads, c.head_dim, stream);
+        }
+        const size_t g = layer_group[layer];
+        kv_append(k_cache[layer].data(), v_cache[layer].data(), options.kv_dtype, k.data(), v.data(), b.slots[g], n,
+                  c.n_kv_heads, c.head_dim, block_size, stream);
+
+        PagedAttentionArgs a;
+        a.q = q.data();
+        a.k_cache = k_cache[layer].data();
+        a.v_cache = v_cache[layer].data();
+        a.block_tables = b.block_tables[g];
+        a.row_seq = b.row_seq;
+        a.row_pos = b.positions;
+        a.out = att.data();
+        a.n_rows = n;
+        a.n_heads = c.n_heads;
+        a.n_kv_heads = c.n_kv_heads;
+        a.head_dim = c.head_dim;
+        a.block_size = block_size;
+        a.table_stride = shape.table_strides[g];
+        a.window = groups[g].window;
+        a.kv_dtype = options.kv_dtype;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+        paged_attention(a, b.tiles, shape.n_tiles, partitions[g], attention_workspace.data(), stream);
+        linear(proj.data(), att.data(), w.wo, n);
+
+        add_norm(xn.data(), x.data(), proj.data(), w.ffn_norm, n);
+        if (llama) {
+            linear(up.data(), xn.data(), w.w_up, n);
+            linear(gate.data(), xn.data(), w.w_gate, n);
+            swiglu(up.data(), gate.data(), up.data(), int64_t{n} * c.hidden_dim, stream);
+        } else {
+            linear(up.data(), xn.data(), w.w_up, n);
+            gelu_tanh(up.data(), up.data(), int64_t{n} * c.hidden_dim, stream);
+        }
+        linear(proj.data(), up.data(), w.w_down, n);
+    }
+    add(x.data(), proj.data(), int64_t{n} * c.dim, stream);
+
+    // Only the rows whose logits are wanted go through the final norm and the classifier.
+    const int n_out = shape.n_logit_rows;
+    gather_rows(proj.data(), x.data(), b.logit_rows, n_out, c.dim, stream);
+    norm(xn.data(), proj.data(), weights.final_norm, n_out);
+    linear(logits.data(), xn.data(), DeviceLinear{weights.classifier, nullptr}, n_out);
+}
+
+CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options) {
+    const ModelConfig& c = model.config;
+    if (c.head_dim > kMaxHeadDim)
+        throw Error("--device cuda: head_dim " + std::to_string(c.head_dim) + " is beyond the CUDA attention kernel's " +
+                    std::to_string(kMaxHeadDim));
+    state_ = std::make_unique<State>(model, options);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::string CudaBackend::name() const { return "cuda"; }
+
+void CudaBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) {
+    State& s = *state_;
+    const ModelConfig& c = s.model.config;
+    const auto n_layers = static_cast<size_t>(c.n_layers);
+    s.groups = groups;
+    s.layer_group = group_of_each_layer(groups, c.n_layers);
+    s.block_size = block_size;
+    s.kv_elem_bytes = s.options.kv_dtype == KvDtype::f16 ? sizeof(uint16_t) : sizeof(float);
+    s.block_elems = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
+    s.k_cache.clear();
+    s.v_cache.clear();
+    for (size_t layer = 0; layer < n_layers; ++layer) {
+        const LayerGroupSpec& group = groups[s.layer_group[layer]];
+        const size_t bytes = s.block_elems * s.kv_elem_bytes * static_cast<size_t>(group.num_blocks);
+        try {
+            s.k_cache.emplace_back(bytes);
+            s.v_cache.emplace_back(bytes);
+        } catch (const Error& e) {
+            s.k_cache.clear();
+            s.v_cache.clear();
+            throw Error("cannot allocate the KV cache on the GPU: " + std::to_string(group.num_blocks) + " blocks of " +
+                        std::to_string(kv_bytes_per_block(s.layer_group[layer])) + " bytes per layer group (lower -c): " +
+                        e.what());
+        }
+    }
+    s.graphs.clear();
+}
+
+size_t CudaBackend::kv_bytes_per_block(size_t group) const {
+    const State& s = *state_;
+    return 2 * s.groups.at(group).layers.size() * s.block_elems * s.kv_elem_bytes;
+}
+
+// As on the host: each group's copies in its own layers. The pairs travel once per group.
+void CudaBackend::copy_blocks(std::span<const std::vector<BlockCopy>> copies) {
+    State& s = *state_;
+    for (size_t g = 0; g < copies.size(); ++g) {
+        const std::vector<BlockCopy>& mine = copies[g];
+        if (mine.empty()) continue;
+        s.copy_pairs.reserve(mine.size());
+        check(cudaMemcpyAsync(s.copy_pairs.data(), mine.data(), mine.size() * sizeof(BlockCopy), cudaMemcpyHostToDevice,
+                              s.stream),
+              "cudaMemcpyAsync (block copies)");
+        for (size_t layer = 0; layer < s.k_cache.size(); ++layer)
+            if (s.layer_group[layer] == g)
+                cuda::copy_blocks(s.k_cache[layer].data(), s.v_cache[layer].data(), s.copy_pairs.data(),
+                                  static_cast<int>(mine.size()), static_cast<int64_t>(s.block_elems),
+                                  static_cast<int>(s.kv_elem_bytes), s.stream);
+        // The pairs buffer is reused by the next group: its copy must not overtake these kernels.
+        check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize (block copies)");
+    }
+}
+
+void CudaBackend::forward(const ForwardBatch& batch, float* logits_out) {
+    State& s = *state_;
+    s.run_pass(batch);
+    const size_t logit_bytes = batch.logit_rows.size() * static_cast<size_t>(s.model.config.vocab_size) * sizeof(float);
+    if (logit_bytes)
+        check(cudaMemcpyAsync(logits_out, s.logits.data(), logit_bytes, cudaMemcpyDeviceToHost, s.stream),
+              "cudaMemcpyAsync (logits)");
+    check(cudaStreamSynchronize(s.stream), "the forward pass on the GPU");
+}
+
+bool CudaBackend::can_sample(const SamplerOptions& options) const {
+    return options.temperature == 0.0f || (options.top_k >= 1 && options.top_k <= kMaxDeviceTopK);
+}
+
+int32_t CudaBackend::forward_sample(const ForwardBatch& batch, const SamplerOptions& options, double uniform) {
+    State& s = *state_;
+    if (batch.logit_rows.size() != 1 || !can_sample(options))
+        throw Error("internal: forward_sample needs one logit row and options the device can sample with");
+    const int vocab = s.model.config.vocab_size;
+    s.run_pass(batch);
+    s.picked.reserve(1);
+    if (options.temperature == 0.0f) {
+        argmax(s.picked.data(), s.logits.data(), 1, vocab, s.stream);
+    } else {
+        s.sample_scratch.reserve(sampling_scratch_bytes(vocab));
+        sample_top_k_top_p(s.picked.data(), s.logits.data(), vocab, options.temperature, options.top_k, options.top_p,
+                           uniform, s.sample_scratch.data(), s.stream);
+    }
+    int32_t token = 0;
+    check(cudaMemcpyAsync(&token, s.picked.data(), sizeof token, cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync (token)");
+    check(cudaStreamSynchronize(s.stream), "the forward pass on the GPU");
+    return token;
+}
+
+void CudaBackend::State::run_pass(const ForwardBatch& batch) {
+    if (groups.empty()) throw Error("internal: forward before allocate_kv");
+    if (batch.groups.size() != groups.size()) throw Error("internal: the batch's layer groups are not the cache's");
+    const ModelConfig& c = model.config;
+    const int32_t n = batch.n_rows();
+    if (n == 0) return;
+
+    const std::vector<AttentionTile> tiles = plan_attention_tiles(batch.row_seq, c.n_heads / c.n_kv_heads);
+    StagingShape shape;
+    shape.n_rows = n;
+    shape.n_logit_rows = static_cast<int32_t>(batch.logit_rows.size());
+    shape.n_tiles = static_cast<int32_t>(tiles.size());
+    const GroupRows& first = batch.groups.front();
+    shape.n_seqs = first.table_stride > 0 ? static_cast<int32_t>(first.block_tables.size()) / first.table_stride : 0;
+
+    // Partitions are planned for what the widened tables can hold, not for this step's lengths, so that a
+    // graph captured now stays right for every step of its shape.
+    std::vector<AttentionPartitions> partitions;
+    const size_t per_partition = attention_workspace_floats(n, c.n_heads, c.head_dim, 2) / 2;
+    const int max_partitions = static_cast<int>(std::clamp<size_t>(kAttentionWorkspaceBudgetFloats / per_partition, 1, 1024));
+    size_t workspace_floats = 0;
+    for (size_t g = 0; g < batch.groups.size(); ++g) {
+        const int32_t stride = table_bucket(batch.groups[g].table_stride);
+        shape.table_strides.push_back(stride);
+        int max_span = stride * block_size;
+        if (groups[g].window > 0) max_span = std::min(max_span, groups[g].window + n);
+        partitions.push_back(plan_attention_partitions(shape.n_tiles, c.n_kv_heads, max_span, sm_count, max_partitions));
+        workspace_floats = std::max(workspace_floats,
+                                    attention_workspace_floats(n, c.n_heads, c.head_dim, partitions.back().n_partitions));
+    }
+
+    ensure_scratch(n, workspace_floats);
+    const StagedBatch staged = staging.stage(batch, tiles, shape, stream);
+    const uint64_t generation = (scratch_generation << 32) | staging.generation();
+    auto enqueue = [&] { enqueue_forward(staged, shape, partitions); };
+    if (options.cuda_graphs)
+        graphs.run(shape, generation, stream, enqueue);
+    else
+        enqueue();
+}
+
+size_t CudaBackend::weight_bytes() const { return state_->weights.bytes_read_per_step(); }
+
+size_t CudaBackend::kv_pool_bytes() const {
+    size_t bytes = 0;
+    for (const auto& b : state_->k_cache) bytes += 2 * b.bytes();
+    return bytes;
+}
+
+int64_t CudaBackend::graph_replays() const { return state_->graphs.replays(); }
+int64_t CudaBackend::graph_captures() const { return state_->graphs.captures(); }
+
+}  // namespace kvx::cuda

@@ -1,0 +1,75 @@
+#include "cuda/backend/device_weights.h"
+
+#include <string>
+
+#include "kernels/error.h"
+
+namespace kvx::cuda {
+
+DeviceWeights::DeviceWeights(const Model& model) {
+    const ModelConfig& c = model.config;
+    tok_embeddings = matrix(model.tok_embeddings, "token embeddings");
+    if (c.architecture == Architecture::gpt2) pos_embeddings = matrix(model.pos_embeddings, "position embeddings");
+    if (c.architecture == Architecture::llama) rope_inv_freq = vector(model.rope_inv_freq, c.head_dim / 2, "rope_inv_freq");
+    const size_t embedding_bytes = bytes_;
+    layers.reserve(model.layers.size());
+    for (const LayerWeights& w : model.layers) {
+        DeviceLayer& d = layers.emplace_back();
+        d.attn_norm = norm(w.attn_norm, c.dim, "attention norm");
+        d.wq = linear(w.wq, "wq");
+        d.wk = linear(w.wk, "wk");
+        d.wv = linear(w.wv, "wv");
+        d.wo = linear(w.wo, "wo");
+        d.ffn_norm = norm(w.ffn_norm, c.dim, "ffn norm");
+        if (c.architecture == Architecture::llama) d.w_gate = linear(w.w_gate, "w_gate");
+        d.w_up = linear(w.w_up, "w_up");
+        d.w_down = linear(w.w_down, "w_down");
+    }
+    final_norm = norm(model.final_norm, c.dim, "final norm");
+    classifier = matrix(model.classifier, "classifier");
+    bytes_per_step_ = bytes_ - embedding_bytes;
+    if (model.classifier.data == model.tok_embeddings.data)  // tied: uploaded once, read in full every step
+        bytes_per_step_ += static_cast<size_t>(classifier.rows) * static_cast<size_t>(classifier.cols) *
+                           (classifier.f16 ? 2 : 4);
+}
+
+const void* DeviceWeights::upload(const void* host, size_t bytes, const char* what) {
+    if (auto it = tensors_.find(host); it != tensors_.end()) return it->second.data();
+    DeviceBuffer<std::byte> buffer;
+    try {
+        buffer.resize(bytes);
+    } catch (const Error& e) {
+        throw Error(std::string("cannot upload the model to the GPU: ") + what + " (" + std::to_string(bytes) +
+                    " bytes) does not fit after " + std::to_string(bytes_) + " bytes of weights: " + e.what());
+    }
+    check(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+    bytes_ += bytes;
+    return tensors_.emplace(host, std::move(buffer)).first->second.data();
+}
+
+DeviceMatrix DeviceWeights::matrix(const WeightMatrix& w, const char* what) {
+    DeviceMatrix d;
+    d.f16 = w.dtype == WeightDtype::f16;
+    d.rows = static_cast<int>(w.rows);
+    d.cols = static_cast<int>(w.cols);
+    d.data = upload(w.data, static_cast<size_t>(w.rows * w.cols) * (d.f16 ? 2 : 4), what);
+    return d;
+}
+
+const float* DeviceWeights::vector(const float* host, int n, const char* what) {
+    if (!host) return nullptr;
+    return static_cast<const float*>(upload(host, static_cast<size_t>(n) * sizeof(float), what));
+}
+
+DeviceLinear DeviceWeights::linear(const Linear& l, const char* what) {
+    DeviceLinear d;
+    d.weight = matrix(l.weight, what);
+    d.bias = vector(l.bias, d.weight.rows, what);
+    return d;
+}
+
+DeviceNorm DeviceWeights::norm(const Norm& n, int dim, const char* what) {
+    return DeviceNorm{vector(n.weight, dim, what), vector(n.bias, dim, what)};
+}
+
+}  // namespace kvx::cuda

@@ -1,0 +1,69 @@
+// A model's weights in device memory, uploaded once from the memory-mapped model in their stored dtype.
+// The structure mirrors engine/model/model.h with device pointers; a tensor used twice (tied embeddings) is
+// uploaded once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "cuda/kernels/device_buffer.h"
+#include "engine/model/model.h"
+
+namespace kvx::cuda {
+
+struct DeviceMatrix {
+    const void* data = nullptr;  // [rows][cols] float, or fp16 bits when f16
+    bool f16 = false;
+    int rows = 0;
+    int cols = 0;
+};
+
+struct DeviceLinear {
+    DeviceMatrix weight;          // [out_features][in_features]
+    const float* bias = nullptr;  // [out_features] or null
+};
+
+struct DeviceNorm {
+    const float* weight = nullptr;  // [dim]
+    const float* bias = nullptr;    // [dim], LayerNorm only
+};
+
+struct DeviceLayer {
+    DeviceNorm attn_norm;
+    DeviceLinear wq, wk, wv, wo;
+    DeviceNorm ffn_norm;
+    DeviceLinear w_gate, w_up, w_down;  // w_gate empty for gpt2
+};
+
+class DeviceWeights {
+public:
+    // Throws kvx::Error naming the tensor when the device runs out of memory.
+    explicit DeviceWeights(const Model& model);
+
+    DeviceMatrix tok_embeddings;
+    DeviceMatrix pos_embeddings;          // gpt2 only
+    const float* rope_inv_freq = nullptr; // [head_dim / 2], llama only
+    std::vector<DeviceLayer> layers;
+    DeviceNorm final_norm;
+    DeviceMatrix classifier;              // [vocab_size][dim]
+
+    size_t bytes() const { return bytes_; }
+    // Bytes one decode step reads: every matrix and vector except the embedding tables, of which it reads
+    // only a row per token (the classifier counts even when tied to the embeddings).
+    size_t bytes_read_per_step() const { return bytes_per_step_; }
+
+private:
+    const void* upload(const void* host, size_t bytes, const char* what);
+    DeviceMatrix matrix(const WeightMatrix& w, const char* what);
+    const float* vector(const float* host, int n, const char* what);
+    DeviceLinear linear(const Linear& l, const char* what);
+    DeviceNorm norm(const Norm& n, int dim, const char* what);
+
+    std::map<const void*, DeviceBuffer<std::byte>> tensors_;  // keyed by host pointer: tied tensors once
+    size_t bytes_ = 0;
+    size_t bytes_per_step_ = 0;
+};
+
+}  // namespace kvx::cuda
