@@ -52,8 +52,7 @@ public:
     size_t turn = 0, produced = 0;
 
     std::string name() const override { return "scripted"; }
-    void allocate_kv(const std::vector<LayerGroupSpec>&, int32_t) override {}
-    size_t kv_bytes_per_block(size_t) const override { return 1; }
+    void allocate_kv(const DecoderPlan&) override {}
     void copy_blocks(std::span<const std::vector<BlockCopy>>) override {}
     void forward(const ForwardBatch& batch, float* logits) override {
         fed.insert(fed.end(), batch.tokens.begin(), batch.tokens.end());

@@ -34,14 +34,14 @@ Engine make_engine(const Model& model, const Backends& b, int32_t block_size = 1
     o.block_size = block_size;
     o.num_blocks = num_blocks;
     o.context = context;
+    o.kv_dtype = b.kv_dtype;
     std::unique_ptr<Backend> backend;
     if (b.cuda) {
         cuda::CudaBackendOptions options;
-        options.kv_dtype = b.kv_dtype;
         options.cuda_graphs = b.graphs;
         backend = std::make_unique<cuda::CudaBackend>(model, options);
     } else {
-        backend = std::make_unique<cpu::CpuBackend>(model, cpu::cpu_kernels(cpu::best_simd_level()), b.kv_dtype);
+        backend = std::make_unique<cpu::CpuBackend>(model, cpu::cpu_kernels(cpu::best_simd_level()));
     }
     return Engine(model.config, std::move(backend), o);
 }

@@ -70,7 +70,8 @@ std::vector<float> run_prefill_then_decode(const Model& model, const KernelTable
                                            int32_t block_size, KvDtype kv_dtype) {
     EngineOptions options;
     options.block_size = block_size;
-    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels, kv_dtype), options);
+    options.kv_dtype = kv_dtype;
+    Engine engine(model.config, std::make_unique<cpu::CpuBackend>(model, kernels), options);
     std::vector<float> all = position_logits(engine, tokens, static_cast<size_t>(n_prefill));
     engine.cache_groups().check_invariants();
     for (size_t g = 0; g < engine.cache_groups().num_groups(); ++g)

@@ -120,11 +120,10 @@ TEST_CASE("an fp16 KV cache gives ONNX Runtime's logits within 2e-3", "[model][o
     const auto fp16 = run_prefill_then_decode(model, reference_kernels(), f.tokens, f.n_prefill, 16, KvDtype::f16);
     CHECK(fp16 != fp32);
     auto block_bytes = [&](KvDtype dtype) {
-        cpu::CpuBackend backend(model, reference_kernels(), dtype);
-        std::vector<int32_t> layers(static_cast<size_t>(model.config.n_layers));
-        for (size_t l = 0; l < layers.size(); ++l) layers[l] = static_cast<int32_t>(l);
-        backend.allocate_kv({LayerGroupSpec{0, 1, layers}}, 16);
-        return backend.kv_bytes_per_block(0);
+        EngineOptions options;
+        options.kv_dtype = dtype;
+        return Engine(model.config, std::make_unique<cpu::CpuBackend>(model, reference_kernels()), options)
+            .kv_bytes_per_block();
     };
     CHECK(block_bytes(KvDtype::f16) * 2 == block_bytes(KvDtype::f32));
 }

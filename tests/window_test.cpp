@@ -57,8 +57,8 @@ TEST_CASE("a windowed model's config has its window and layer groups", "[window]
     CHECK(groups.spec(1).layers == std::vector<int32_t>{0, 2});
     // A block of a group holds its layers' K and V only.
     const size_t per_layer = 2 * size_t{2} * 4 * 12 * sizeof(float);  // K and V, 2 kv heads x 4 tokens x 12
-    CHECK(engine.backend().kv_bytes_per_block(0) == per_layer);
-    CHECK(engine.backend().kv_bytes_per_block(1) == 2 * per_layer);
+    CHECK(engine.plan().kv().bytes_per_block(0) == per_layer);
+    CHECK(engine.plan().kv().bytes_per_block(1) == 2 * per_layer);
 }
 
 TEST_CASE("windowed logits match ONNX Runtime for every chunk schedule and block size", "[window][ort]") {

@@ -8,101 +8,94 @@
 
 namespace kvx::cpu {
 
-CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype)
-    : model_(model), kernels_(kernels), kv_dtype_(kv_dtype),
-      kv_elem_bytes_(kv_dtype == KvDtype::f16 ? sizeof(uint16_t) : sizeof(float)) {
-    const bool gpt2 = model.config.architecture == Architecture::gpt2;
+CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(model), kernels_(kernels) {
+    const ArchitectureTraits& t = model.config.traits;
     const bool f16 = model.config.weights_dtype == WeightDtype::f16;
     const std::pair<bool, const char*> needs[] = {
         {f16 && !kernels.matmul_f16, "matmul_f16 (fp16 weights)"},
         {!kernels.matmuls, "matmuls"},
-        {gpt2 && !kernels.layernorm, "layernorm"},
-        {gpt2 && !kernels.gelu_tanh, "gelu_tanh"},
+        {t.norm == NormKind::layer && !kernels.layernorm, "layernorm"},
+        {t.mlp == MlpKind::gelu_tanh && !kernels.gelu_tanh, "gelu_tanh"},
         {!kernels.add_bias, "add_bias"},
-        {kv_dtype == KvDtype::f16 && !kernels.kv_append_f16, "kv_append_f16 (fp16 KV cache)"},
     };
     for (const auto& [missing, what] : needs)
         if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
 }
 
-void CpuBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) {
-    const ModelConfig& c = model_.config;
-    const auto n_layers = static_cast<size_t>(c.n_layers);
-    groups_ = groups;
-    layer_group_ = group_of_each_layer(groups, c.n_layers);
-    block_size_ = block_size;
-    block_elems_ = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
+void CpuBackend::allocate_kv(const DecoderPlan& plan) {
+    const KvLayout& kv = plan.kv();
+    if (kv.dtype == KvDtype::f16 && !kernels_.kv_append_f16)
+        throw Error(std::string("the kernel table '") + kernels_.name + "' has no kv_append_f16 (fp16 KV cache) kernel");
+    plan_ = plan;
     k_cache_.clear();
     v_cache_.clear();
-    for (size_t layer = 0; layer < n_layers; ++layer) {
-        const LayerGroupSpec& group = groups[layer_group_[layer]];
-        const size_t layer_bytes = block_elems_ * kv_elem_bytes_ * static_cast<size_t>(group.num_blocks);
+    for (size_t layer = 0; layer < kv.layer_group.size(); ++layer) {
         try {
-            k_cache_.emplace_back(layer_bytes);
-            v_cache_.emplace_back(layer_bytes);
+            k_cache_.emplace_back(kv.layer_pool_bytes(layer));
+            v_cache_.emplace_back(kv.layer_pool_bytes(layer));
         } catch (const std::bad_alloc&) {
-            throw Error("cannot allocate the KV cache: " + std::to_string(group.num_blocks) + " blocks of " +
-                        std::to_string(kv_bytes_per_block(layer_group_[layer])) + " bytes (lower -c)");
+            const size_t g = kv.layer_group[layer];
+            throw Error("cannot allocate the KV cache: " + std::to_string(kv.groups[g].num_blocks) + " blocks of " +
+                        std::to_string(kv.bytes_per_block(g)) + " bytes (lower -c)");
         }
     }
-}
-
-size_t CpuBackend::kv_bytes_per_block(size_t group) const {
-    return 2 * groups_.at(group).layers.size() * block_elems_ * kv_elem_bytes_;
 }
 
 // The manager's copies never write a block another copy reads (each dst is freshly allocated, each src still
 // shared), as the kernel requires. Group g's copies name g's blocks, in g's layers only.
 void CpuBackend::copy_blocks(std::span<const std::vector<BlockCopy>> copies) {
+    const KvLayout& kv = plan_.value().kv();
     for (size_t layer = 0; layer < k_cache_.size(); ++layer) {
-        const std::vector<BlockCopy>& mine = copies[layer_group_[layer]];
+        const std::vector<BlockCopy>& mine = copies[kv.layer_group[layer]];
         if (mine.empty()) continue;
         kernels_.copy_blocks(k_cache_[layer].data(), v_cache_[layer].data(), mine.data(), static_cast<int>(mine.size()),
-                             static_cast<int64_t>(block_elems_), static_cast<int>(kv_elem_bytes_));
+                             static_cast<int64_t>(kv.block_elems()), static_cast<int>(kv.elem_bytes()));
     }
 }
 
 void CpuBackend::ensure_scratch(int32_t n_rows) {
     if (n_rows <= scratch_rows_) return;
-    const ModelConfig& c = model_.config;
+    const ActivationWidths& w = plan_->widths();
     const size_t n = static_cast<size_t>(n_rows);
-    x_.resize(n * c.dim);
-    xn_.resize(n * c.dim);
-    q_.resize(n * c.q_dim());
-    k_.resize(n * c.kv_dim());
-    v_.resize(n * c.kv_dim());
-    att_.resize(n * c.q_dim());
-    if (c.architecture == Architecture::llama) gate_.resize(n * c.hidden_dim);
-    up_.resize(n * c.hidden_dim);
-    proj_.resize(n * c.dim);
-    pos_row_.resize(c.dim);
-    rope_cos_.resize(n * c.head_dim / 2);
-    rope_sin_.resize(n * c.head_dim / 2);
+    x_.resize(n * w.residual);
+    xn_.resize(n * w.residual);
+    q_.resize(n * w.q);
+    k_.resize(n * w.kv);
+    v_.resize(n * w.kv);
+    att_.resize(n * w.q);
+    gate_.resize(n * w.gate);
+    up_.resize(n * w.hidden);
+    proj_.resize(n * w.residual);
+    pos_row_.resize(w.residual);
+    rope_cos_.resize(n * w.rope);
+    rope_sin_.resize(n * w.rope);
     scratch_rows_ = n_rows;
 }
 
 void CpuBackend::attention_block(int layer, const ForwardBatch& batch) {
     const ModelConfig& c = model_.config;
+    const DecoderPlan& plan = *plan_;
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int32_t n = batch.n_rows();
     norm(xn_.data(), x_.data(), w.attn_norm, n);
     linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, xn_.data(), n);
-    if (c.architecture == Architecture::llama) {
+    if (plan.traits().rotary()) {
         kernels_.rope(q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim);
         kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
     }
 
-    const GroupRows& rows = batch.groups[layer_group_[static_cast<size_t>(layer)]];
+    const KvLayout& kv = plan.kv();
+    const GroupRows& rows = batch.groups[kv.layer_group[static_cast<size_t>(layer)]];
     std::byte* k_cache = k_cache_[static_cast<size_t>(layer)].data();
     std::byte* v_cache = v_cache_[static_cast<size_t>(layer)].data();
-    if (kv_dtype_ == KvDtype::f16)
+    if (kv.dtype == KvDtype::f16)
         kernels_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), k_.data(),
-                               v_.data(), rows.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+                               v_.data(), rows.slots.data(), n, c.n_kv_heads, c.head_dim, kv.block_size);
     else
         kernels_.kv_append(reinterpret_cast<float*>(k_cache), reinterpret_cast<float*>(v_cache), k_.data(), v_.data(),
-                           rows.slots.data(), n, c.n_kv_heads, c.head_dim, block_size_);
+                           rows.slots.data(), n, c.n_kv_heads, c.head_dim, kv.block_size);
 
-    PagedAttentionArgs a;
+    PagedAttentionArgs a = plan.attention_args(static_cast<size_t>(layer), rows.table_stride);
     a.q = q_.data();
     a.k_cache = k_cache;
     a.v_cache = v_cache;
@@ -111,14 +104,6 @@ void CpuBackend::attention_block(int layer, const ForwardBatch& batch) {
     a.row_pos = batch.positions.data();
     a.out = att_.data();
     a.n_rows = n;
-    a.n_heads = c.n_heads;
-    a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = c.head_dim;
-    a.block_size = block_size_;
-    a.kv_dtype = kv_dtype_;
-    a.table_stride = rows.table_stride;
-    a.window = rows.window;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     kernels_.paged_attention(a);
 
     linear(proj_.data(), att_.data(), w.wo, n);
@@ -130,7 +115,7 @@ void CpuBackend::mlp_block(int layer, int32_t n) {
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int64_t inner = int64_t{n} * c.hidden_dim;
     norm(xn_.data(), x_.data(), w.ffn_norm, n);
-    if (c.architecture == Architecture::llama) {
+    if (c.traits.gated_mlp()) {
         linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
         kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
     } else {
@@ -170,15 +155,15 @@ void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float*
 
 void CpuBackend::norm(float* out, const float* x, const Norm& weights, int32_t n) {
     const ModelConfig& c = model_.config;
-    if (c.architecture == Architecture::llama)
+    if (c.traits.norm == NormKind::rms)
         kernels_.rmsnorm(out, x, weights.weight, n, c.dim, c.norm_eps);
     else
         kernels_.layernorm(out, x, weights.weight, weights.bias, n, c.dim, c.norm_eps);
 }
 
-// x [n_rows][dim] = the token's embedding (+ the learned position embedding for gpt2). Rotary models get
-// each row's cos/sin instead, shared by all layers: angle = position * inv_freq in fp32, as the ONNX graph
-// computes it.
+// x [n_rows][dim] = the token's embedding (+ its position's embedding, for learned positions). Rotary
+// models get each row's cos/sin instead, shared by all layers: angle = position * inv_freq in fp32, as the
+// ONNX graph computes it.
 void CpuBackend::embed(const ForwardBatch& batch) {
     const ModelConfig& c = model_.config;
     const int32_t n = batch.n_rows();
@@ -187,7 +172,7 @@ void CpuBackend::embed(const ForwardBatch& batch) {
         const int32_t token = batch.tokens[static_cast<size_t>(r)];  // range-checked by the engine
         model_.tok_embeddings.row_to_f32(token, &x_[static_cast<size_t>(r) * dim]);
     }
-    if (c.architecture == Architecture::gpt2) {
+    if (c.traits.learned_positions()) {
         for (int32_t r = 0; r < n; ++r) {  // positions < context <= max_seq_len, checked by the engine
             model_.pos_embeddings.row_to_f32(batch.positions[static_cast<size_t>(r)], pos_row_.data());
             kernels_.add(&x_[static_cast<size_t>(r) * dim], pos_row_.data(), c.dim);
@@ -204,8 +189,7 @@ void CpuBackend::embed(const ForwardBatch& batch) {
 }
 
 void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
-    if (groups_.empty()) throw Error("internal: forward before allocate_kv");
-    if (batch.groups.size() != groups_.size()) throw Error("internal: the batch's layer groups are not the cache's");
+    plan_for(plan_, batch);
     const ModelConfig& c = model_.config;
     const int32_t n = batch.n_rows();
     ensure_scratch(n);

@@ -1,30 +1,29 @@
-// The decoder forward pass (llama and gpt2 families) on host memory, computed by any KernelTable: the SIMD
-// CPU kernels for speed, the reference kernels as the oracle. Weights are used in place from the
-// memory-mapped model, in their stored dtype (f32 or f16).
+// The CPU backend: the decoder forward pass on host memory, computed by any KernelTable (the SIMD kernels
+// of cpu/kernels/ for speed, the reference kernels as the oracle). Weights are used in place from the
+// memory-mapped model, in their stored dtype (f32 or f16). Which norm, positions and MLP a layer uses comes
+// from the family's traits, and every size from the Engine's DecoderPlan.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
-#include "engine/runtime/backend.h"
 #include "engine/model/model.h"
+#include "engine/runtime/backend.h"
 #include "kernels/kernels.h"
 
 namespace kvx::cpu {
 
 class CpuBackend final : public Backend {
 public:
-    // kv_dtype is what the cache stores (--kv-dtype): fp16 halves the K/V bytes a decode step reads;
-    // attention still computes in fp32. Throws kvx::Error when the kernel table lacks a kernel this model or
-    // this cache type needs.
-    CpuBackend(const Model& model, const KernelTable& kernels, KvDtype kv_dtype = KvDtype::f32);
+    // Throws kvx::Error when the kernel table lacks a kernel this model needs (allocate_kv: or its cache).
+    CpuBackend(const Model& model, const KernelTable& kernels);
 
     std::string name() const override { return kernels_.name; }
-    void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) override;
-    size_t kv_bytes_per_block(size_t group) const override;
+    void allocate_kv(const DecoderPlan& plan) override;
     void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
     void forward(const ForwardBatch& batch, float* logits) override;
 
@@ -44,19 +43,14 @@ private:
 
     const Model& model_;
     const KernelTable& kernels_;
-    const KvDtype kv_dtype_;
-    size_t kv_elem_bytes_;              // 4 (f32) or 2 (f16)
-    int32_t block_size_ = 0;
-    size_t block_elems_ = 0;            // elements of one block in one layer's K (or V): kv_heads * block_size * head_dim
-    // A layer's K/V live in its group's pool: num_blocks is that group's, and block ids are the group's.
-    std::vector<LayerGroupSpec> groups_;       // [n_groups], as the engine's cache
-    std::vector<size_t> layer_group_;          // [n_layers] the group whose slots and tables the layer uses
-    // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype_, as bytes so one member
-    // serves both types; operator new's 16-byte alignment suits either.
+    std::optional<DecoderPlan> plan_;  // set by allocate_kv
+    // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim] of the plan's KV dtype, as bytes so
+    // one member serves both types; operator new's 16-byte alignment suits either.
     std::vector<std::vector<std::byte>> k_cache_;
     std::vector<std::vector<std::byte>> v_cache_;  // same layout as k_cache_
 
-    // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode.
+    // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode. Widths are
+    // the plan's ActivationWidths.
     int32_t scratch_rows_ = 0;
     std::vector<float> x_;       // [n_rows][dim] residual stream
     std::vector<float> xn_;      // [n_rows][dim] normalised input of the current block
@@ -64,12 +58,12 @@ private:
     std::vector<float> k_;       // [n_rows][n_kv_heads][head_dim]
     std::vector<float> v_;       // [n_rows][n_kv_heads][head_dim]
     std::vector<float> att_;     // [n_rows][n_heads][head_dim] attention output before wo
-    std::vector<float> gate_;    // [n_rows][hidden_dim] SwiGLU gate (llama)
+    std::vector<float> gate_;    // [n_rows][hidden_dim] gated MLP (SwiGLU) only
     std::vector<float> up_;      // [n_rows][hidden_dim] MLP inner activations
     std::vector<float> proj_;    // [n_rows][dim] output of wo / w_down before the residual add
-    std::vector<float> pos_row_; // [dim] one learned position embedding converted to fp32 (gpt2)
-    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2] (llama)
-    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2] (llama)
+    std::vector<float> pos_row_; // [dim] one learned position embedding converted to fp32
+    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2] rotary positions only
+    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2] rotary positions only
 };
 
 }  // namespace kvx::cpu

@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
+#include <optional>
 
 #include "cuda/backend/batch_staging.h"
 #include "cuda/backend/blas.h"
-#include "cuda/kernels/cuda_kernels.h"
-#include "cuda/kernels/device_probe.h"
 #include "cuda/backend/device_weights.h"
 #include "cuda/backend/graph_cache.h"
+#include "cuda/kernels/cuda_kernels.h"
+#include "cuda/kernels/device_probe.h"
 #include "kernels/error.h"
 
 namespace kvx::cuda {
@@ -62,13 +62,9 @@ struct CudaBackend::State {
     Blas blas;
     int sm_count = 0;
 
-    // KV pools: a layer's K/V live in its group's pool, [num_blocks][n_kv_heads][block_size][head_dim] of
-    // kv_dtype each.
-    std::vector<LayerGroupSpec> groups;
-    std::vector<size_t> layer_group;  // [n_layers]
-    int32_t block_size = 0;
-    size_t block_elems = 0;           // one block of one layer's K: n_kv_heads * block_size * head_dim
-    size_t kv_elem_bytes = 4;
+    // Set by allocate_kv. KV pools: a layer's K/V live in its group's pool, [num_blocks][n_kv_heads]
+    // [block_size][head_dim] of the plan's KV dtype each.
+    std::optional<DecoderPlan> plan;
     std::vector<DeviceBuffer<std::byte>> k_cache, v_cache;  // [n_layers]
     DeviceBuffer<BlockCopy> copy_pairs;                     // [pairs of one copy_blocks call]
 
@@ -101,21 +97,21 @@ void CudaBackend::State::ensure_scratch(int32_t rows, size_t workspace_floats) {
         ++scratch_generation;
     }
     if (rows <= scratch_rows) return;
-    const ModelConfig& c = model.config;
+    const ActivationWidths& w = plan->widths();
     const auto n = static_cast<size_t>(std::max(rows, 2 * scratch_rows));
-    x.resize(n * c.dim);
-    xn.resize(n * c.dim);
-    q.resize(n * c.q_dim());
-    k.resize(n * c.kv_dim());
-    v.resize(n * c.kv_dim());
-    att.resize(n * c.q_dim());
-    if (c.architecture == Architecture::llama) gate.resize(n * c.hidden_dim);
-    up.resize(n * c.hidden_dim);
-    proj.resize(n * c.dim);
-    rope_cos.resize(n * static_cast<size_t>(c.head_dim / 2));
-    rope_sin.resize(n * static_cast<size_t>(c.head_dim / 2));
-    x_f16.resize(n * static_cast<size_t>(std::max({c.dim, c.hidden_dim, c.q_dim()})));
-    logits.resize(n * static_cast<size_t>(c.vocab_size));
+    x.resize(n * w.residual);
+    xn.resize(n * w.residual);
+    q.resize(n * w.q);
+    k.resize(n * w.kv);
+    v.resize(n * w.kv);
+    att.resize(n * w.q);
+    gate.resize(n * w.gate);
+    up.resize(n * w.hidden);
+    proj.resize(n * w.residual);
+    rope_cos.resize(n * w.rope);
+    rope_sin.resize(n * w.rope);
+    x_f16.resize(n * w.widest_input);
+    logits.resize(n * w.logits);
     scratch_rows = static_cast<int32_t>(n);
     ++scratch_generation;
 }
@@ -139,7 +135,7 @@ void CudaBackend::State::linear(float* out, const float* in, const DeviceLinear&
 
 void CudaBackend::State::norm(float* out, const float* in, const DeviceNorm& w, int n) {
     const ModelConfig& c = model.config;
-    if (c.architecture == Architecture::llama)
+    if (c.traits.norm == NormKind::rms)
         rmsnorm(out, in, w.weight, n, c.dim, c.norm_eps, stream);
     else
         layernorm(out, in, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
@@ -148,7 +144,7 @@ void CudaBackend::State::norm(float* out, const float* in, const DeviceNorm& w, 
 // residual += delta, then out = norm(residual): the CPU's add then norm, in one pass.
 void CudaBackend::State::add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n) {
     const ModelConfig& c = model.config;
-    if (c.architecture == Architecture::llama)
+    if (c.traits.norm == NormKind::rms)
         add_rmsnorm(out, residual, delta, w.weight, n, c.dim, c.norm_eps, stream);
     else
         add_layernorm(out, residual, delta, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
@@ -159,12 +155,13 @@ void CudaBackend::State::add_norm(float* out, float* residual, const float* delt
 void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                                                 const std::vector<AttentionPartitions>& partitions) {
     const ModelConfig& c = model.config;
+    const ArchitectureTraits& t = c.traits;
     const int n = shape.n_rows;
-    const bool llama = c.architecture == Architecture::llama;
     const DeviceMatrix& pos = weights.pos_embeddings;
-    embed(x.data(), b.tokens, weights.tok_embeddings.data, weights.tok_embeddings.f16, llama ? nullptr : pos.data,
-          pos.f16, b.positions, n, c.dim, stream);
-    if (llama) rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, c.head_dim / 2, stream);
+    embed(x.data(), b.tokens, weights.tok_embeddings.data, weights.tok_embeddings.f16,
+          t.learned_positions() ? pos.data : nullptr, pos.f16, b.positions, n, c.dim, stream);
+    if (t.rotary())
+        rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, c.head_dim / 2, stream);
 
     for (size_t layer = 0; layer < weights.layers.size(); ++layer) {
         const DeviceLayer& w = weights.layers[layer];
@@ -176,15 +173,16 @@ void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShap
         linear(q.data(), xn.data(), w.wq, n);
         linear(k.data(), xn.data(), w.wk, n);
         linear(v.data(), xn.data(), w.wv, n);
-        if (llama) {
+        if (t.rotary()) {
             rope(q.data(), rope_cos.data(), rope_sin.data(), n, c.n_heads, c.head_dim, stream);
             rope(k.data(), rope_cos.data(), rope_sin.data(), n, c.n_kv_heads, c.head_dim, stream);
         }
-        const size_t g = layer_group[layer];
-        kv_append(k_cache[layer].data(), v_cache[layer].data(), options.kv_dtype, k.data(), v.data(), b.slots[g], n,
-                  c.n_kv_heads, c.head_dim, block_size, stream);
+        const KvLayout& kv = plan->kv();
+        const size_t g = kv.layer_group[layer];
+        kv_append(k_cache[layer].data(), v_cache[layer].data(), kv.dtype, k.data(), v.data(), b.slots[g], n,
+                  c.n_kv_heads, c.head_dim, kv.block_size, stream);
 
-        PagedAttentionArgs a;
+        PagedAttentionArgs a = plan->attention_args(layer, shape.table_strides[g]);
         a.q = q.data();
         a.k_cache = k_cache[layer].data();
         a.v_cache = v_cache[layer].data();
@@ -193,19 +191,11 @@ void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShap
         a.row_pos = b.positions;
         a.out = att.data();
         a.n_rows = n;
-        a.n_heads = c.n_heads;
-        a.n_kv_heads = c.n_kv_heads;
-        a.head_dim = c.head_dim;
-        a.block_size = block_size;
-        a.table_stride = shape.table_strides[g];
-        a.window = groups[g].window;
-        a.kv_dtype = options.kv_dtype;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
         paged_attention(a, b.tiles, shape.n_tiles, partitions[g], attention_workspace.data(), stream);
         linear(proj.data(), att.data(), w.wo, n);
 
         add_norm(xn.data(), x.data(), proj.data(), w.ffn_norm, n);
-        if (llama) {
+        if (t.gated_mlp()) {
             linear(up.data(), xn.data(), w.w_up, n);
             linear(gate.data(), xn.data(), w.w_gate, n);
             swiglu(up.data(), gate.data(), up.data(), int64_t{n} * c.hidden_dim, stream);
@@ -236,42 +226,32 @@ CudaBackend::~CudaBackend() = default;
 
 std::string CudaBackend::name() const { return "cuda"; }
 
-void CudaBackend::allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) {
+void CudaBackend::allocate_kv(const DecoderPlan& plan) {
     State& s = *state_;
-    const ModelConfig& c = s.model.config;
-    const auto n_layers = static_cast<size_t>(c.n_layers);
-    s.groups = groups;
-    s.layer_group = group_of_each_layer(groups, c.n_layers);
-    s.block_size = block_size;
-    s.kv_elem_bytes = s.options.kv_dtype == KvDtype::f16 ? sizeof(uint16_t) : sizeof(float);
-    s.block_elems = static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(block_size) * static_cast<size_t>(c.head_dim);
+    const KvLayout& kv = plan.kv();
     s.k_cache.clear();
     s.v_cache.clear();
-    for (size_t layer = 0; layer < n_layers; ++layer) {
-        const LayerGroupSpec& group = groups[s.layer_group[layer]];
-        const size_t bytes = s.block_elems * s.kv_elem_bytes * static_cast<size_t>(group.num_blocks);
+    for (size_t layer = 0; layer < kv.layer_group.size(); ++layer) {
         try {
-            s.k_cache.emplace_back(bytes);
-            s.v_cache.emplace_back(bytes);
+            s.k_cache.emplace_back(kv.layer_pool_bytes(layer));
+            s.v_cache.emplace_back(kv.layer_pool_bytes(layer));
         } catch (const Error& e) {
             s.k_cache.clear();
             s.v_cache.clear();
-            throw Error("cannot allocate the KV cache on the GPU: " + std::to_string(group.num_blocks) + " blocks of " +
-                        std::to_string(kv_bytes_per_block(s.layer_group[layer])) + " bytes per layer group (lower -c): " +
+            const size_t g = kv.layer_group[layer];
+            throw Error("cannot allocate the KV cache on the GPU: " + std::to_string(kv.groups[g].num_blocks) +
+                        " blocks of " + std::to_string(kv.bytes_per_block(g)) + " bytes per layer group (lower -c): " +
                         e.what());
         }
     }
+    s.plan = plan;
     s.graphs.clear();
-}
-
-size_t CudaBackend::kv_bytes_per_block(size_t group) const {
-    const State& s = *state_;
-    return 2 * s.groups.at(group).layers.size() * s.block_elems * s.kv_elem_bytes;
 }
 
 // As on the host: each group's copies in its own layers. The pairs travel once per group.
 void CudaBackend::copy_blocks(std::span<const std::vector<BlockCopy>> copies) {
     State& s = *state_;
+    const KvLayout& kv = s.plan.value().kv();
     for (size_t g = 0; g < copies.size(); ++g) {
         const std::vector<BlockCopy>& mine = copies[g];
         if (mine.empty()) continue;
@@ -280,10 +260,10 @@ void CudaBackend::copy_blocks(std::span<const std::vector<BlockCopy>> copies) {
                               s.stream),
               "cudaMemcpyAsync (block copies)");
         for (size_t layer = 0; layer < s.k_cache.size(); ++layer)
-            if (s.layer_group[layer] == g)
+            if (kv.layer_group[layer] == g)
                 cuda::copy_blocks(s.k_cache[layer].data(), s.v_cache[layer].data(), s.copy_pairs.data(),
-                                  static_cast<int>(mine.size()), static_cast<int64_t>(s.block_elems),
-                                  static_cast<int>(s.kv_elem_bytes), s.stream);
+                                  static_cast<int>(mine.size()), static_cast<int64_t>(kv.block_elems()),
+                                  static_cast<int>(kv.elem_bytes()), s.stream);
         // The pairs buffer is reused by the next group: its copy must not overtake these kernels.
         check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize (block copies)");
     }
@@ -324,8 +304,7 @@ int32_t CudaBackend::forward_sample(const ForwardBatch& batch, const SamplerOpti
 }
 
 void CudaBackend::State::run_pass(const ForwardBatch& batch) {
-    if (groups.empty()) throw Error("internal: forward before allocate_kv");
-    if (batch.groups.size() != groups.size()) throw Error("internal: the batch's layer groups are not the cache's");
+    const KvLayout& kv = plan_for(plan, batch).kv();
     const ModelConfig& c = model.config;
     const int32_t n = batch.n_rows();
     if (n == 0) return;
@@ -347,8 +326,8 @@ void CudaBackend::State::run_pass(const ForwardBatch& batch) {
     for (size_t g = 0; g < batch.groups.size(); ++g) {
         const int32_t stride = table_bucket(batch.groups[g].table_stride);
         shape.table_strides.push_back(stride);
-        int max_span = stride * block_size;
-        if (groups[g].window > 0) max_span = std::min(max_span, groups[g].window + n);
+        int max_span = stride * kv.block_size;
+        if (kv.groups[g].window > 0) max_span = std::min(max_span, kv.groups[g].window + n);
         partitions.push_back(plan_attention_partitions(shape.n_tiles, c.n_kv_heads, max_span, sm_count, max_partitions));
         workspace_floats = std::max(workspace_floats,
                                     attention_workspace_floats(n, c.n_heads, c.head_dim, partitions.back().n_partitions));

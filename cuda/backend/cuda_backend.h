@@ -1,11 +1,11 @@
-// The decoder forward pass (llama and gpt2 families) on an NVIDIA GPU: the CUDA counterpart of
-// cpu/backend/cpu_backend.h, behind the same Backend interface, so the engine's cache manager, sequences,
-// sampler and generation loop drive it unchanged.
+// The decoder forward pass on an NVIDIA GPU: the CUDA counterpart of cpu/backend/cpu_backend.h, behind the
+// same Backend interface and reading the same DecoderPlan (traits, KV layout, activation widths, attention
+// arguments), so the engine's cache manager, sequences, sampler and generation loop drive it unchanged.
 //
 // Device memory (plain cudaMalloc): every weight uploaded once in its stored dtype; per layer a K and a V
-// pool [num_blocks][n_kv_heads][block_size][head_dim] of kv_dtype; scratch activations for the largest batch
-// seen; the batch's metadata (tokens, positions, slots, block tables, attention tiles) staged through one
-// pinned host buffer and one device buffer per forward pass. Matrix products: the hand-written GEMV for
+// pool [num_blocks][n_kv_heads][block_size][head_dim] of the plan's KV dtype; scratch activations for the
+// largest batch seen; the batch's metadata (tokens, positions, slots, block tables, attention tiles) staged
+// through one pinned host buffer and one device buffer per forward pass. Matrix products: the hand-written GEMV for
 // decode-sized batches (n <= kGemvMaxRows), cuBLAS beyond (fp32 SGEMM with TF32 off, so results match the
 // CPU; fp16 weights through cublasGemmEx with fp32 accumulation).
 //
@@ -20,14 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/backend.h"
 #include "engine/model/model.h"
-#include "kernels/kernels.h"
+#include "engine/runtime/backend.h"
 
 namespace kvx::cuda {
 
 struct CudaBackendOptions {
-    KvDtype kv_dtype = KvDtype::f32;
     bool cuda_graphs = true;   // capture and replay decode steps
     bool hand_gemv = true;     // false: cuBLAS for every matrix product (to measure the GEMV against it)
 };
@@ -40,8 +38,7 @@ public:
     ~CudaBackend() override;
 
     std::string name() const override;
-    void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) override;
-    size_t kv_bytes_per_block(size_t group) const override;
+    void allocate_kv(const DecoderPlan& plan) override;
     void copy_blocks(std::span<const std::vector<BlockCopy>> copies) override;
     void forward(const ForwardBatch& batch, float* logits) override;
     // Greedy, or sampling with 1 <= top_k <= kMaxDeviceTopK (cuda/kernels/cuda_kernels.h), on the device.

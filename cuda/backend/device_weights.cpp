@@ -9,8 +9,8 @@ namespace kvx::cuda {
 DeviceWeights::DeviceWeights(const Model& model) {
     const ModelConfig& c = model.config;
     tok_embeddings = matrix(model.tok_embeddings, "token embeddings");
-    if (c.architecture == Architecture::gpt2) pos_embeddings = matrix(model.pos_embeddings, "position embeddings");
-    if (c.architecture == Architecture::llama) rope_inv_freq = vector(model.rope_inv_freq, c.head_dim / 2, "rope_inv_freq");
+    if (c.traits.learned_positions()) pos_embeddings = matrix(model.pos_embeddings, "position embeddings");
+    if (c.traits.rotary()) rope_inv_freq = vector(model.rope_inv_freq, c.head_dim / 2, "rope_inv_freq");
     const size_t embedding_bytes = bytes_;
     layers.reserve(model.layers.size());
     for (const LayerWeights& w : model.layers) {
@@ -21,7 +21,7 @@ DeviceWeights::DeviceWeights(const Model& model) {
         d.wv = linear(w.wv, "wv");
         d.wo = linear(w.wo, "wo");
         d.ffn_norm = norm(w.ffn_norm, c.dim, "ffn norm");
-        if (c.architecture == Architecture::llama) d.w_gate = linear(w.w_gate, "w_gate");
+        if (c.traits.gated_mlp()) d.w_gate = linear(w.w_gate, "w_gate");
         d.w_up = linear(w.w_up, "w_up");
         d.w_down = linear(w.w_down, "w_down");
     }

@@ -34,7 +34,7 @@ struct DeviceLayer {
     DeviceNorm attn_norm;
     DeviceLinear wq, wk, wv, wo;
     DeviceNorm ffn_norm;
-    DeviceLinear w_gate, w_up, w_down;  // w_gate empty for gpt2
+    DeviceLinear w_gate, w_up, w_down;  // w_gate empty without a gated MLP
 };
 
 class DeviceWeights {
@@ -43,8 +43,8 @@ public:
     explicit DeviceWeights(const Model& model);
 
     DeviceMatrix tok_embeddings;
-    DeviceMatrix pos_embeddings;          // gpt2 only
-    const float* rope_inv_freq = nullptr; // [head_dim / 2], llama only
+    DeviceMatrix pos_embeddings;          // learned positions only
+    const float* rope_inv_freq = nullptr; // [head_dim / 2], rotary positions only
     std::vector<DeviceLayer> layers;
     DeviceNorm final_norm;
     DeviceMatrix classifier;              // [vocab_size][dim]

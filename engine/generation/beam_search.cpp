@@ -136,7 +136,7 @@ void search(Engine& engine, std::span<const int32_t> prompt, const BeamSearchOpt
     // K/V bytes of one token over every layer, whichever layer group holds them: what a contiguous cache stores.
     size_t bytes_per_token = 0;
     for (size_t g = 0; g < engine.cache_groups().num_groups(); ++g)
-        bytes_per_token += engine.backend().kv_bytes_per_block(g) / static_cast<size_t>(engine.cache().block_size());
+        bytes_per_token += engine.plan().kv().bytes_per_block(g) / static_cast<size_t>(engine.cache().block_size());
     std::vector<char> is_stop(static_cast<size_t>(vocab), 0);  // [vocab]
     for (int id : o.stop_token_ids)
         if (id >= 0 && id < vocab) is_stop[static_cast<size_t>(id)] = 1;
@@ -213,7 +213,7 @@ void search(Engine& engine, std::span<const int32_t> prompt, const BeamSearchOpt
         for (size_t g = 0; g < engine.last_copies().size(); ++g) {
             const size_t copies = engine.last_copies()[g].size();
             stats.blocks_copied += static_cast<int64_t>(copies);
-            stats.bytes_copied += copies * engine.backend().kv_bytes_per_block(g);
+            stats.bytes_copied += copies * engine.plan().kv().bytes_per_block(g);
         }
         stats.max_beam_length = length + 1;
         record_usage(engine, stats);

@@ -73,28 +73,26 @@ Model load_model(const std::string& model_dir) {
     m.weights = std::make_unique<SafetensorsFile>(model_dir + "/" + c.weights_file);
     WeightReader w(*m.weights, c.weights_dtype);
     const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
-    const bool llama = c.architecture == Architecture::llama;
+    const ArchitectureTraits& t = c.traits;
 
     m.tok_embeddings = w.matrix("tok_embeddings", c.vocab_size, dim);
-    if (llama)
-        m.rope_inv_freq = w.vector("rope_inv_freq", c.head_dim / 2);
-    else
-        m.pos_embeddings = w.matrix("pos_embeddings", c.max_seq_len, dim);
+    if (t.rotary()) m.rope_inv_freq = w.vector("rope_inv_freq", c.head_dim / 2);
+    if (t.learned_positions()) m.pos_embeddings = w.matrix("pos_embeddings", c.max_seq_len, dim);
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
         LayerWeights layer;
-        layer.attn_norm = w.norm(p + "attn_norm", dim, !llama);
+        layer.attn_norm = w.norm(p + "attn_norm", dim, t.norm_has_bias());
         layer.wq = w.linear(p + "wq", q_dim, dim);
         layer.wk = w.linear(p + "wk", kv_dim, dim);
         layer.wv = w.linear(p + "wv", kv_dim, dim);
         layer.wo = w.linear(p + "wo", dim, q_dim);
-        layer.ffn_norm = w.norm(p + "ffn_norm", dim, !llama);
-        if (llama) layer.w_gate = w.linear(p + "w_gate", hidden, dim);
+        layer.ffn_norm = w.norm(p + "ffn_norm", dim, t.norm_has_bias());
+        if (t.gated_mlp()) layer.w_gate = w.linear(p + "w_gate", hidden, dim);
         layer.w_up = w.linear(p + "w_up", hidden, dim);
         layer.w_down = w.linear(p + "w_down", dim, hidden);
         m.layers.push_back(layer);
     }
-    m.final_norm = w.norm("final_norm", dim, !llama);
+    m.final_norm = w.norm("final_norm", dim, t.norm_has_bias());
     if (c.tied_embeddings) {
         if (m.weights->contains("classifier"))
             throw Error("weights file '" + m.weights->path() + "' has a 'classifier' but the config says it is tied");

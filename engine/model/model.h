@@ -31,7 +31,7 @@ struct Linear {
     const float* bias = nullptr;  // [out_features], or null for a layer without bias
 };
 
-// RMSNorm (llama: weight only) or LayerNorm (gpt2: weight and bias).
+// RMSNorm (weight only) or LayerNorm (weight and bias), as the family's traits say.
 struct Norm {
     const float* weight = nullptr;  // [dim]
     const float* bias = nullptr;    // [dim], LayerNorm only
@@ -45,7 +45,7 @@ struct LayerWeights {
     Linear wv;      // [n_kv_heads * head_dim][dim]
     Linear wo;      // [dim][n_heads * head_dim]
     Norm ffn_norm;
-    Linear w_gate;  // [hidden_dim][dim], llama (SwiGLU) only; empty for gpt2
+    Linear w_gate;  // [hidden_dim][dim], a gated MLP's (SwiGLU) only, else empty
     Linear w_up;    // [hidden_dim][dim]; gpt2's c_fc
     Linear w_down;  // [dim][hidden_dim]; gpt2's c_proj
 };
@@ -55,8 +55,8 @@ struct Model {
     ModelConfig config;
     std::unique_ptr<SafetensorsFile> weights;  // owns the mapping every pointer below points into
     WeightMatrix tok_embeddings;               // [vocab_size][dim]
-    WeightMatrix pos_embeddings;               // [max_seq_len][dim], gpt2 only (learned positions)
-    const float* rope_inv_freq = nullptr;      // [head_dim / 2], llama only
+    WeightMatrix pos_embeddings;               // [max_seq_len][dim], learned positions only
+    const float* rope_inv_freq = nullptr;      // [head_dim / 2], rotary positions only
     std::vector<LayerWeights> layers;          // [n_layers]
     Norm final_norm;
     WeightMatrix classifier;                   // [vocab_size][dim]; the same data as tok_embeddings when tied

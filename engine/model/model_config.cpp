@@ -67,13 +67,11 @@ ModelConfig load_model_config(const std::string& model_dir) {
 
     ModelConfig c;
     const std::string architecture = j.value("architecture", "");
-    if (architecture == "llama")
-        c.architecture = Architecture::llama;
-    else if (architecture == "gpt2")
-        c.architecture = Architecture::gpt2;
-    else
-        throw Error("model config '" + path + "': unsupported architecture '" + architecture +
-                    "' (kvx runs 'llama' and 'gpt2')");
+    const ArchitectureTraits* traits = find_architecture(architecture);
+    if (!traits)
+        throw Error("model config '" + path + "': unsupported architecture '" + architecture + "' (kvx runs " +
+                    architecture_names() + ")");
+    c.traits = *traits;
     c.dim = positive_int(j, "dim", path);
     c.hidden_dim = positive_int(j, "hidden_dim", path);
     c.n_layers = positive_int(j, "n_layers", path);
@@ -85,12 +83,12 @@ ModelConfig load_model_config(const std::string& model_dir) {
     if (c.n_heads % c.n_kv_heads != 0)
         throw Error("model config '" + path + "': n_heads " + std::to_string(c.n_heads) +
                     " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
-    if (c.architecture == Architecture::llama && c.head_dim % 2 != 0)
+    if (c.traits.rotary() && c.head_dim % 2 != 0)
         throw Error("model config '" + path + "': head_dim must be even for RoPE");
     if (!j.contains("norm_eps") || !j["norm_eps"].is_number())
         throw Error("model config '" + path + "': missing number field 'norm_eps'");
     c.norm_eps = j["norm_eps"].get<float>();
-    if (c.architecture == Architecture::llama && j.value("rope_style", "") != "half")
+    if (c.traits.rotary() && j.value("rope_style", "") != "half")
         throw Error("model config '" + path + "': unsupported rope_style (kvx implements 'half')");
     c.tied_embeddings = j.value("tied_embeddings", true);
     read_sliding_window(j, path, c);

@@ -5,13 +5,9 @@
 #include <string>
 #include <vector>
 
-namespace kvx {
+#include "engine/model/architecture.h"
 
-// The decoder families kvx runs. They differ only in the pieces below; the attention over the paged cache
-// is shared.
-//   llama: RMSNorm, rotary positions (rotate-half), SwiGLU MLP, optional biases on the linear layers.
-//   gpt2:  LayerNorm with bias, learned position embeddings, GELU (tanh) MLP, biases on every linear layer.
-enum class Architecture { llama, gpt2 };
+namespace kvx {
 
 // How the weight matrices (linear layers and embeddings) are stored; vectors (norms, biases, RoPE
 // frequencies) are always f32.
@@ -29,7 +25,7 @@ struct ChatConfig {
 };
 
 struct ModelConfig {
-    Architecture architecture = Architecture::llama;
+    ArchitectureTraits traits = *find_architecture("llama");  // the family's choices (architecture.h)
     int dim = 0;               // residual stream width
     int hidden_dim = 0;        // MLP inner width
     int n_layers = 0;

@@ -1,18 +1,19 @@
 // What the engine needs from a compute backend: KV storage for the block pools, block copies for
-// copy-on-write, and the model's forward pass over a ForwardBatch. The host-kernel backend
-// (cpu/backend/cpu_backend.h) serves every CPU KernelTable, the reference one included; a CUDA backend
-// implements the same interface over device memory.
+// copy-on-write, and the model's forward pass over a ForwardBatch. The CPU backend (cpu/backend/) runs any
+// CPU KernelTable, the reference one included; the CUDA backend (cuda/backend/) implements the same
+// interface over device memory. Both take their sizes and layouts from the DecoderPlan the Engine hands
+// them, so they agree on every number.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/runtime/decoder_plan.h"
 #include "engine/runtime/forward_batch.h"
-#include "engine/cache/kv_cache_groups.h"
 #include "engine/runtime/sampler.h"
+#include "kernels/block_copy.h"
 
 namespace kvx {
 
@@ -21,11 +22,9 @@ public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
 
-    // Allocates K/V storage for every layer group: group g's pool of groups[g].num_blocks blocks of
-    // block_size tokens, each holding the K/V of groups[g].layers only. Called once.
-    virtual void allocate_kv(const std::vector<LayerGroupSpec>& groups, int32_t block_size) = 0;
-    // Bytes of K/V storage one block of group g occupies over the group's layers.
-    virtual size_t kv_bytes_per_block(size_t group) const = 0;
+    // Allocates K/V storage as plan.kv() lays it out (every layer's pools in its group's block count) and
+    // keeps the plan for the forward passes. Called once, by the Engine, before any forward.
+    virtual void allocate_kv(const DecoderPlan& plan) = 0;
     // Performs the copy-on-write copies the cache manager recorded, copies[g] in group g's blocks (its
     // layers, K and V).
     virtual void copy_blocks(std::span<const std::vector<BlockCopy>> copies) = 0;

@@ -41,6 +41,12 @@ std::vector<LayerGroupSpec> engine_groups(const ModelConfig& config, int32_t con
     return groups;
 }
 
+std::vector<LayerGroupSpec> group_specs(const KvCacheGroups& cache) {
+    std::vector<LayerGroupSpec> specs;
+    for (size_t g = 0; g < cache.num_groups(); ++g) specs.push_back(cache.spec(g));
+    return specs;
+}
+
 }  // namespace
 
 Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options)
@@ -48,15 +54,14 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, cons
       context_(resolve_context(config, options)),
       max_chunk_(resolve_max_chunk(context_, options)),
       vocab_size_(config.vocab_size),
-      cache_(options.block_size, engine_groups(config, context_, max_chunk_, options)) {
-    std::vector<LayerGroupSpec> specs;
-    for (size_t g = 0; g < cache_.num_groups(); ++g) specs.push_back(cache_.spec(g));
-    backend_->allocate_kv(specs, cache_.block_size());
+      cache_(options.block_size, engine_groups(config, context_, max_chunk_, options)),
+      plan_(config, group_specs(cache_), cache_.block_size(), options.kv_dtype) {
+    backend_->allocate_kv(plan_);
 }
 
 std::vector<KvCacheUsage> Engine::cache_usage_by_group() const {
     std::vector<size_t> bytes;
-    for (size_t g = 0; g < cache_.num_groups(); ++g) bytes.push_back(backend_->kv_bytes_per_block(g));
+    for (size_t g = 0; g < cache_.num_groups(); ++g) bytes.push_back(plan_.kv().bytes_per_block(g));
     return cache_.usage(bytes);
 }
 

@@ -9,10 +9,12 @@
 #include <span>
 #include <vector>
 
-#include "engine/runtime/backend.h"
-#include "engine/runtime/cache_event.h"
 #include "engine/cache/kv_cache_groups.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/backend.h"
+#include "engine/runtime/cache_event.h"
+#include "engine/runtime/decoder_plan.h"
+#include "kernels/kernels.h"
 
 namespace kvx {
 
@@ -24,6 +26,7 @@ struct EngineOptions {
     // ceil((W - 1 + max_chunk) / block_size) + 1 blocks per sequence, so a small max_chunk (prefill in
     // chunks) is what shrinks its pool below the full group's; forward refuses a longer input.
     int32_t max_chunk = 0;
+    KvDtype kv_dtype = KvDtype::f32;  // what the cache stores: fp16 halves its memory and a decode step's reads
 };
 
 // New tokens for one sequence in a forward pass.
@@ -35,8 +38,9 @@ struct SequenceInput {
 
 class Engine {
 public:
-    // Throws kvx::Error for an invalid block size, a context beyond the model's max_seq_len, or a pool
-    // the backend cannot allocate.
+    // Builds the cache and the DecoderPlan that describes it, and has the backend allocate the pools. Throws
+    // kvx::Error for an invalid block size, a context beyond the model's max_seq_len, or a pool the backend
+    // cannot allocate.
     Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, const EngineOptions& options);
 
     SeqId new_sequence() { return cache_.create_sequence(); }
@@ -66,10 +70,11 @@ public:
     const KvCacheManager& cache() const { return cache_.group(0); }
     const KvCacheGroups& cache_groups() const { return cache_; }
     const Backend& backend() const { return *backend_; }
+    const DecoderPlan& plan() const { return plan_; }
     int32_t context() const { return context_; }
     int32_t max_chunk() const { return max_chunk_; }
     int32_t vocab_size() const { return vocab_size_; }
-    size_t kv_bytes_per_block() const { return backend_->kv_bytes_per_block(0); }  // the first group's
+    size_t kv_bytes_per_block() const { return plan_.kv().bytes_per_block(0); }  // the first group's
     KvCacheUsage cache_usage() const { return cache().usage(kv_bytes_per_block()); }  // the first group's
     std::vector<KvCacheUsage> cache_usage_by_group() const;
     // The copy-on-write copies the last forward pass ran, [n_groups] (one copy_blocks call): beam search counts them.
@@ -85,6 +90,7 @@ private:
     int32_t max_chunk_;
     int32_t vocab_size_;
     KvCacheGroups cache_;
+    DecoderPlan plan_;                            // of cache_, as the backend was given it
     ForwardBatch batch_;                          // reused between calls
     std::vector<std::vector<BlockCopy>> copies_;  // [n_groups], reused between calls
     std::vector<int64_t> seq_slots_;              // [n_groups][tokens of one input], reused between calls

@@ -54,7 +54,7 @@ int64_t LlamaShape::matrix_elements() const {
 RandomLlama::RandomLlama(const LlamaShape& shape, int max_seq_len, uint64_t seed) {
     check_shape(shape);
     ModelConfig& c = model_.config;
-    c.architecture = Architecture::llama;
+    c.traits = *find_architecture("llama");
     c.dim = shape.dim;
     c.hidden_dim = shape.hidden_dim;
     c.n_layers = shape.n_layers;

@@ -51,13 +51,9 @@ void check_device(const RunOptions& options) {
 
 std::unique_ptr<Backend> make_backend(const Model& model, const RunOptions& options) {
 #ifdef KVX_WITH_CUDA
-    if (options.device == "cuda") {
-        cuda::CudaBackendOptions cuda_options;
-        cuda_options.kv_dtype = kv_dtype_for(options.kv_dtype);
-        return std::make_unique<cuda::CudaBackend>(model, cuda_options);
-    }
+    if (options.device == "cuda") return std::make_unique<cuda::CudaBackend>(model);
 #endif
-    return std::make_unique<cpu::CpuBackend>(model, kernels_for(chosen_simd(options)), kv_dtype_for(options.kv_dtype));
+    return std::make_unique<cpu::CpuBackend>(model, kernels_for(chosen_simd(options)));
 }
 
 }  // namespace
@@ -104,6 +100,7 @@ void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_bl
     engine_options.context = options.context;
     engine_options.block_size = options.block_size;
     engine_options.num_blocks = num_blocks;
+    engine_options.kv_dtype = kv_dtype_for(options.kv_dtype);
     loaded.engine = std::make_unique<Engine>(
         loaded.model->config,
         make_backend(*loaded.model, options), engine_options);

@@ -143,7 +143,6 @@ int run(const Options& o) {
     const kvx::bench::RandomLlama llama(shape, context, o.seed);
 
     kvx::cuda::CudaBackendOptions backend_options;
-    backend_options.kv_dtype = o.kv_dtype == "f16" ? kvx::KvDtype::f16 : kvx::KvDtype::f32;
     backend_options.cuda_graphs = o.cuda_graphs == "on";
     backend_options.hand_gemv = o.gemv == "hand";
     auto backend = std::make_unique<kvx::cuda::CudaBackend>(llama.model(), backend_options);
@@ -152,6 +151,7 @@ int run(const Options& o) {
     kvx::EngineOptions engine_options;
     engine_options.context = context;
     engine_options.block_size = o.block_size;
+    engine_options.kv_dtype = o.kv_dtype == "f16" ? kvx::KvDtype::f16 : kvx::KvDtype::f32;
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     engine_options.num_blocks = max_batch * ((context + o.block_size - 1) / o.block_size);
     kvx::Engine engine(llama.model().config, std::move(backend), engine_options);
