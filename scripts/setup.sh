@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvx needs and is missing: Debian packages for the build, and a Python virtual environment
-# (.venv) with the exporter/converter/reference packages of tools/requirements.txt.
+# (.venv) with the exporter/converter/reference packages of tools/requirements.txt and the tools themselves,
+# the package kvx_tools (tools/pyproject.toml), installed editable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,4 +27,11 @@ if ! cmp -s tools/requirements.txt .venv/kvx-requirements.txt; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
   cp tools/requirements.txt .venv/kvx-requirements.txt
+fi
+# kvx_tools editable, so that `python -m kvx_tools....` runs the checkout's sources from anywhere; again
+# whenever tools/pyproject.toml changed (the build itself needs no install: it sets PYTHONPATH).
+if ! cmp -s tools/pyproject.toml .venv/kvx-pyproject.toml; then
+  echo "setup: installing kvx_tools (tools/, editable) into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e tools/
+  cp tools/pyproject.toml .venv/kvx-pyproject.toml
 fi

@@ -1,4 +1,4 @@
-// Beam search over the paged cache against tools/fixtures/beam_search_reference.py: numpy driving ONNX
+// Beam search over the paged cache against tools/kvx_tools/fixtures/beam_search_reference.py: numpy driving ONNX
 // Runtime with a contiguous past per beam that it physically reorders each step. Same hypotheses, token
 // for token, with scores within 1e-4; every block back in the pool afterwards; and the beams really share
 // blocks instead of each holding a copy.

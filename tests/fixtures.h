@@ -1,4 +1,4 @@
-// Test fixtures written by tools/fixtures/make_fixtures.py: per model, the ONNX file, the converted kvx
+// Test fixtures written by tools/kvx_tools/fixtures/make_fixtures.py: per model, the ONNX file, the converted kvx
 // model directory, a token sequence and ONNX Runtime's logits for it (prefill, then one decode step per
 // token). ctest points KVX_FIXTURES at them.
 #pragma once

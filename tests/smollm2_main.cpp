@@ -1,5 +1,5 @@
 // Entry point of the SmolLM2 tests. ctest points KVX_SMOLLM2_DIR at the converted model inside the fixture
-// that tools/fixtures/make_smollm2.py keeps in the model cache:
+// that tools/kvx_tools/fixtures/make_smollm2.py keeps in the model cache:
 //   <cache>/smollm2-135m-instruct/UNAVAILABLE       only when the model could not be fetched and that was allowed
 //   <cache>/smollm2-135m-instruct/fixture/meta.json  ... ref_logits.npy, greedy_tokens.npy
 //   <cache>/smollm2-135m-instruct/fixture/model/     = $KVX_SMOLLM2_DIR

@@ -1,5 +1,5 @@
 // kvx's byte-level BPE tokenizers against HF tokenizers, string by string: the corpus and HF's ids for it
-// are written by tools/fixtures/make_tokenizer_corpus.py (ctest runs it first), and every string must
+// are written by tools/kvx_tools/fixtures/make_tokenizer_corpus.py (ctest runs it first), and every string must
 // encode to exactly HF's ids, with and without the post-processor's prefix, and decode back to itself
 // wherever HF's decoding does.
 #include <catch2/catch.hpp>

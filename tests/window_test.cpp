@@ -1,5 +1,5 @@
 // Sliding-window attention end to end: a random Llama whose layers 0 and 2 see the last W = 7 positions and
-// layer 1 all of them (tools/fixtures/make_fixtures.py, HF's band mask in the ONNX graph), against ONNX
+// layer 1 all of them (tools/kvx_tools/fixtures/make_fixtures.py, HF's band mask in the ONNX graph), against ONNX
 // Runtime running the same chunks with its past KV cache. The bugs other engines shipped are the cases: the
 // window's edge, the total length reaching the window, chunks longer than the window on a cache, the windowed
 // cache bounded over a long generation, rewinds into released positions, prefix reuse with a window.

@@ -3,7 +3,7 @@
 // (copy-on-write) where a contiguous cache would physically reorder every beam's whole history.
 //
 // The algorithm is HF transformers' beam search with early_stopping=True, defined exactly here because
-// tools/fixtures/beam_search_reference.py implements the same definition independently (numpy over ONNX
+// tools/kvx_tools/fixtures/beam_search_reference.py implements the same definition independently (numpy over ONNX
 // Runtime) and the tests compare hypotheses token for token:
 //
 //   N = num_beams. The prompt is prefilled once; its last logits start one beam of score 0 (step 0 has

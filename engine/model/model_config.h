@@ -15,7 +15,7 @@ enum class WeightDtype { f32, f16 };
 
 // How to turn a conversation into tokens. The converter renders the model's Jinja chat template with
 // jinja2 on probe conversations and records the format when the output matches one kvx knows
-// (tools/convert/chat_template.py); kvx never interprets Jinja itself.
+// (tools/kvx_tools/convert/chat_template.py); kvx never interprets Jinja itself.
 struct ChatConfig {
     std::string template_file;       // the template as the model ships it, relative to the model directory
     std::string format;              // "chatml", or empty when the template is not one kvx can apply

@@ -1,4 +1,4 @@
-"""kvx generate --beams: the best hypothesis equals the one of tools/fixtures/beam_search_reference.py (numpy
+"""kvx generate --beams: the best hypothesis equals the one of tools/kvx_tools/fixtures/beam_search_reference.py (numpy
 beam search over ONNX Runtime, in the fixtures' beam/cases.json), --beams 1 equals greedy decoding, the
 accounting lines are printed, and impossible flag combinations exit non-zero naming the problem."""
 import json

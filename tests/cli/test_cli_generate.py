@@ -3,7 +3,6 @@ fp16 model's greedy text against ONNX Runtime's."""
 import os
 import re
 import struct
-import sys
 import tempfile
 import unittest
 
@@ -11,10 +10,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from kvx_cli import FIXTURES, SHARED_DIR, SOURCE_DIR, run
+from kvx_tools.fixtures.ort_reference import greedy_tokens
 
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "fixtures"))
-from ort_reference import greedy_tokens  # noqa: E402
+from kvx_cli import FIXTURES, SHARED_DIR, SOURCE_DIR, run
 
 GOLDEN = os.path.join(SHARED_DIR, "models", "stories260K", "golden_greedy_n256_runc.txt")
 TOKENIZER = os.path.join(SOURCE_DIR, "models", "stories260K", "tok512.bin")

@@ -4,16 +4,14 @@ fixture) printing its greedy continuation as ids, which ONNX Runtime's greedy de
 import json
 import os
 import re
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-from kvx_cli import FIXTURES, SOURCE_DIR, run
+from kvx_tools.fixtures.ort_reference import greedy_tokens
 
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tools", "fixtures"))
-from ort_reference import greedy_tokens  # noqa: E402
+from kvx_cli import FIXTURES, run
 
 GPT2 = os.path.join(FIXTURES, "rand_gpt2_hd24_l3_v263_ctx65")
 

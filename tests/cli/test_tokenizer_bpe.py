@@ -12,7 +12,7 @@ import unittest
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from kvx_cli import SHARED_DIR, SOURCE_DIR, run
+from kvx_cli import SHARED_DIR, run
 
 GPT2_DIR = os.path.join(SHARED_DIR, "models", "gpt2-tokenizer")
 ORTGENAI_TOKENIZER = os.path.join(SHARED_DIR, "models", "ortgenai-tiny-random-gpt2-fp32", "tokenizer.json")
@@ -23,7 +23,7 @@ TEXTS = ["Hello world", "It's 2024: caf\u00e9 \u65e5\u672c\u8a9e \U0001f468\u200
 
 def export_and_convert(tmp, name, vocab, *tokenizer_args):
     onnx_path = os.path.join(tmp, f"{name}.onnx")
-    subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "tools", "export", "export_random_llama.py"),
+    subprocess.run([sys.executable, "-m", "kvx_tools.export.export_random_llama",
                     "--dim", "16", "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
                     "--head-dim", "8", "--vocab", str(vocab), "--max-seq-len", "64", "--seed", "5",
                     "-o", onnx_path], check=True, capture_output=True)

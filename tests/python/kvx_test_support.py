@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from kvx_tools.fixtures.ort_reference import open_session, reference_logits
+
 REPO = Path(os.environ.get("KVX_SOURCE_DIR") or Path(__file__).resolve().parents[2])
-TOOLS = REPO / "tools"
 STORIES_CHECKPOINT = REPO / "models" / "stories260K" / "stories260K.bin"
 STORIES_TOKENIZER = REPO / "models" / "stories260K" / "tok512.bin"
 SHARED = Path(os.environ.get("KVX_SHARED_DIR") or REPO)  # models/ of the repository by default
@@ -19,33 +20,28 @@ GPT2_MERGES = SHARED / "models" / "gpt2-tokenizer" / "vocab.bpe"
 ORTGENAI_GPT2_TOKENIZER = SHARED / "models" / "ortgenai-tiny-random-gpt2-fp32" / "tokenizer.json"
 ORTGENAI_LLAMA = SHARED / "models" / "ortgenai-tiny-random-llama-fp16" / "model.onnx"
 
-# The tools' modules, importable by the tests (they are scripts' folders, not packages).
-sys.path[:0] = [str(TOOLS / "export"), str(TOOLS / "convert"), str(TOOLS / "fixtures"),
-                str(Path(__file__).resolve().parent)]
 
-from ort_reference import open_session, reference_logits  # noqa: E402  (found through the path above)
-
-
-def run_tool(script, *args):
-    """Runs tools/SCRIPT with args; returns the CompletedProcess (text output captured)."""
-    return subprocess.run([sys.executable, str(TOOLS / script), *map(str, args)],
+def run_tool(module, *args):
+    """Runs `python -m MODULE` (a kvx_tools command) with args; returns the CompletedProcess (text output
+    captured)."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)],
                           capture_output=True, text=True, check=False)
 
 
-def run_ok(testcase, script, *args):
-    result = run_tool(script, *args)
-    testcase.assertEqual(result.returncode, 0, f"{script} failed:\n{result.stderr}")
+def run_ok(testcase, module, *args):
+    result = run_tool(module, *args)
+    testcase.assertEqual(result.returncode, 0, f"{module} failed:\n{result.stderr}")
     return result
 
 
 def export_stories(onnx_path, *extra):
-    result = run_tool("export/export_llama2c.py", STORIES_CHECKPOINT, "-o", onnx_path, *extra)
+    result = run_tool("kvx_tools.export.export_llama2c", STORIES_CHECKPOINT, "-o", onnx_path, *extra)
     assert result.returncode == 0, result.stderr
     return onnx_path
 
 
 def export_random(onnx_path, *, dim, hidden, layers, heads, kv_heads, head_dim, vocab, seed=0, extra=()):
-    result = run_tool("export/export_random_llama.py", "--dim", dim, "--hidden", hidden, "--layers", layers,
+    result = run_tool("kvx_tools.export.export_random_llama", "--dim", dim, "--hidden", hidden, "--layers", layers,
                       "--heads", heads, "--kv-heads", kv_heads, "--head-dim", head_dim, "--vocab", vocab,
                       "--seed", seed, "-o", onnx_path, *extra)
     assert result.returncode == 0, result.stderr
@@ -54,7 +50,7 @@ def export_random(onnx_path, *, dim, hidden, layers, heads, kv_heads, head_dim, 
 
 def convert(onnx_path, out_dir, *extra):
     """Runs the converter CLI; returns the CompletedProcess."""
-    return run_tool("convert/kvx_convert.py", onnx_path, "-o", out_dir, *extra)
+    return run_tool("kvx_tools.convert", onnx_path, "-o", out_dir, *extra)
 
 
 def assert_one_line_failure(testcase, result, *fragments):

@@ -1,7 +1,6 @@
-"""The end-to-end benchmark's own arithmetic and files (tools/bench/), on tiny inputs made here:
+"""The end-to-end benchmark's own arithmetic and files (kvx_tools.bench), on tiny inputs made here:
 write_gguf.py's F32/F16 rewrite of a quantized GGUF, and speed_of_light.py's bytes per decoded token."""
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -14,9 +13,7 @@ import numpy as np
 from gguf.quants import dequantize, quantize
 from safetensors.numpy import save_file
 
-BENCH = Path(os.environ.get("KVX_SOURCE_DIR", Path(__file__).resolve().parents[2])) / "tools" / "bench"
-sys.path.insert(0, str(BENCH))
-import speed_of_light  # noqa: E402
+from kvx_tools.bench import speed_of_light
 
 
 def write_q8_gguf(path, matrix, norm):
@@ -48,7 +45,7 @@ class WriteGgufTest(unittest.TestCase):
                     ("f32", gguf.GGMLQuantizationType.F32, np.float32, gguf.LlamaFileType.ALL_F32)):
                 with self.subTest(dtype=dtype):
                     out = Path(tmp) / f"{dtype}.gguf"
-                    subprocess.run([sys.executable, str(BENCH / "write_gguf.py"), str(source), "--dtype", dtype,
+                    subprocess.run([sys.executable, "-m", "kvx_tools.bench.write_gguf", str(source), "--dtype", dtype,
                                     "-o", str(out)], check=True)
                     reader = gguf.GGUFReader(str(out))
                     tensors = {t.name: t for t in reader.tensors}
@@ -65,8 +62,8 @@ class WriteGgufTest(unittest.TestCase):
                     self.assertEqual(fields["tokenizer.ggml.tokens"].contents(), ["<a>", "b", "c"])
 
     def test_unreadable_source_is_a_one_line_error(self):
-        proc = subprocess.run([sys.executable, str(BENCH / "write_gguf.py"), "/nonexistent.gguf", "--dtype", "f16",
-                               "-o", "/tmp/never.gguf"], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "kvx_tools.bench.write_gguf", "/nonexistent.gguf", "--dtype",
+                               "f16", "-o", "/tmp/never.gguf"], capture_output=True, text=True)
         self.assertNotEqual(proc.returncode, 0)
         self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
         self.assertIn("/nonexistent.gguf", proc.stderr)

@@ -4,8 +4,7 @@ spellings are recognised (with their default system message), anything else is r
 
 import unittest
 
-import kvx_test_support  # noqa: F401  (puts tools/convert on sys.path)
-from chat_template import analyse_chat_template, chatml
+from kvx_tools.convert.chat_template import analyse_chat_template, chatml
 
 # ChatML written as a loop that concatenates strings.
 CHATML_PLAIN = (

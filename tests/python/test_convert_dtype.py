@@ -12,10 +12,10 @@ import onnx
 from onnx import numpy_helper
 from safetensors.numpy import load_file
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import assert_one_line_failure, convert, export_random, run_ok
 import numpy_llama
-from ort_reference import reference_logits
 
 SHAPE = dict(dim=44, hidden=100, layers=2, heads=4, kv_heads=2, head_dim=12, vocab=301, seed=11)
 
@@ -37,9 +37,9 @@ class DtypeConversion(unittest.TestCase):
         cls.tmp = Path(cls._tmp.name)
         cls.onnx_path = export_random(cls.tmp / "random.onnx", **SHAPE, extra=["--untied"])
         case = unittest.TestCase()
-        run_ok(case, "convert/kvx_convert.py", cls.onnx_path, "-o", cls.tmp / "f32")
-        run_ok(case, "convert/kvx_convert.py", cls.onnx_path, "-o", cls.tmp / "f16", "--dtype", "f16")
-        run_ok(case, "convert/kvx_convert.py", cls.onnx_path, "-o", cls.tmp / "f32_asked", "--dtype", "f32")
+        run_ok(case, "kvx_tools.convert", cls.onnx_path, "-o", cls.tmp / "f32")
+        run_ok(case, "kvx_tools.convert", cls.onnx_path, "-o", cls.tmp / "f16", "--dtype", "f16")
+        run_ok(case, "kvx_tools.convert", cls.onnx_path, "-o", cls.tmp / "f32_asked", "--dtype", "f32")
 
     @classmethod
     def tearDownClass(cls):
@@ -99,7 +99,7 @@ class DtypeConversion(unittest.TestCase):
                                        "beyond fp16's range", "--dtype f32")
         self.assertRegex(line, r"(tok_embeddings|classifier|layers\.\d+\.w\w+) holds")
         self.assertFalse(out_dir.exists(), "nothing may be written on failure")
-        run_ok(self, "convert/kvx_convert.py", path, "-o", self.tmp / "huge_f32")  # fp32 holds it
+        run_ok(self, "kvx_tools.convert", path, "-o", self.tmp / "huge_f32")  # fp32 holds it
 
     def test_unknown_dtype_is_refused(self):
         result = convert(self.onnx_path, self.tmp / "bad", "--dtype", "bf16")

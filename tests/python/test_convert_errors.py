@@ -10,7 +10,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.convert.convert_errors import ConvertError
+from kvx_tools.convert.sliding_window import sliding_window_of
+
 from kvx_test_support import (STORIES_CHECKPOINT, STORIES_TOKENIZER, assert_one_line_failure, convert,
                               export_stories, run_ok)
 
@@ -116,7 +118,7 @@ class ConverterRefusals(unittest.TestCase):
         no_metadata = self._variant("no_metadata", lambda model: model.ClearField("metadata_props"))
         self._refused(no_metadata, "max_position_embeddings", "--max-seq-len")
         out_dir = self.tmp / "given_length"
-        run_ok(self, "convert/kvx_convert.py", no_metadata, "-o", out_dir, "--max-seq-len", 100)
+        run_ok(self, "kvx_tools.convert", no_metadata, "-o", out_dir, "--max-seq-len", 100)
         self.assertIn('"max_seq_len": 100', (out_dir / "config.json").read_text())
 
     def test_token_id_metadata_must_be_ids_in_the_vocabulary(self):
@@ -144,8 +146,6 @@ class ConverterRefusals(unittest.TestCase):
                 self._refused(path, fragment)
 
     def test_fused_attention_window_is_refused(self):
-        from sliding_window import sliding_window_of
-        from convert_errors import ConvertError
         gqa = helper.make_node("GroupQueryAttention", ["q"], ["out"], name="/model/layers.0/attn/GQA",
                                domain="com.microsoft", local_window_size=16)
         model = helper.make_model(helper.make_graph([gqa], "g", [], []))

@@ -12,12 +12,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.export.export_random_gpt2 import random_gpt2_weights
+from kvx_tools.fixtures.make_fixtures import RANDOM_GPT2_FIXTURES, export_argv
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import REPO, assert_one_line_failure, convert, run_ok
-from export_random_gpt2 import random_gpt2_weights
-from make_fixtures import RANDOM_GPT2_FIXTURES, export_argv
 import numpy_gpt2
-from ort_reference import reference_logits
 
 ORTGENAI_GPT2 = REPO / "models" / "ortgenai-tiny-random-gpt2-fp32" / "past.onnx"
 RECIPE_TO_CONFIG = {"dim": "dim", "hidden": "hidden_dim", "layers": "n_layers", "heads": "n_heads",
@@ -25,7 +25,7 @@ RECIPE_TO_CONFIG = {"dim": "dim", "hidden": "hidden_dim", "layers": "n_layers", 
 
 
 def export_recipe(testcase, path, recipe):
-    run_ok(testcase, "export/export_random_gpt2.py", *export_argv(recipe, path))
+    run_ok(testcase, "kvx_tools.export.export_random_gpt2", *export_argv(recipe, path))
     return path
 
 
@@ -49,7 +49,7 @@ class Gpt2Conversion(unittest.TestCase):
             with self.subTest(name):
                 onnx_path = export_recipe(self, self.tmp / name / "model.onnx", recipe)
                 model_dir = self.tmp / name / "model"
-                run_ok(self, "convert/kvx_convert.py", onnx_path, "-o", model_dir)
+                run_ok(self, "kvx_tools.convert", onnx_path, "-o", model_dir)
                 config, tensors = self.assert_computes_ort_logits(onnx_path, model_dir, recipe["max_seq_len"])
                 self.assertEqual(config["architecture"], "gpt2")
                 for recipe_key, config_key in RECIPE_TO_CONFIG.items():
@@ -68,14 +68,14 @@ class Gpt2Conversion(unittest.TestCase):
         recipe = dict(RANDOM_GPT2_FIXTURES["rand_gpt2_hd24_l3_v263_ctx65"])
         for kind, extra in (("input", {}), ("range", {"no_position_ids": True})):
             onnx_path = export_recipe(self, self.tmp / kind / "model.onnx", {**recipe, **extra})
-            run_ok(self, "convert/kvx_convert.py", onnx_path, "-o", self.tmp / kind / "model")
+            run_ok(self, "kvx_tools.convert", onnx_path, "-o", self.tmp / kind / "model")
         for file in ("model.safetensors", "config.json"):
             self.assertEqual((self.tmp / "input" / "model" / file).read_bytes(),
                              (self.tmp / "range" / "model" / file).read_bytes(), file)
 
     def test_ortgenai_fused_operators(self):
         model_dir = self.tmp / "ortgenai"
-        run_ok(self, "convert/kvx_convert.py", ORTGENAI_GPT2, "-o", model_dir)
+        run_ok(self, "kvx_tools.convert", ORTGENAI_GPT2, "-o", model_dir)
         config, tensors = self.assert_computes_ort_logits(ORTGENAI_GPT2, model_dir, 40)
         expected = dict(architecture="gpt2", dim=32, hidden_dim=128, n_layers=5, n_heads=4, n_kv_heads=4,
                         head_dim=8, vocab_size=1000, max_seq_len=512, norm_eps=1e-5, tied_embeddings=True)
@@ -87,7 +87,7 @@ class Gpt2Conversion(unittest.TestCase):
 
     def test_context_is_bounded_by_the_position_table(self):
         model_dir = self.tmp / "short"
-        run_ok(self, "convert/kvx_convert.py", ORTGENAI_GPT2, "-o", model_dir, "--max-seq-len", 100)
+        run_ok(self, "kvx_tools.convert", ORTGENAI_GPT2, "-o", model_dir, "--max-seq-len", 100)
         config, tensors = numpy_gpt2.load_model_dir(model_dir)
         self.assertEqual(config["max_seq_len"], 100)
         wpe = numpy_helper.to_array(next(t for t in onnx.load(str(ORTGENAI_GPT2)).graph.initializer

@@ -12,13 +12,13 @@ import onnx
 from onnx import helper, numpy_helper
 from safetensors.numpy import load_file
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import ORTGENAI_LLAMA, assert_one_line_failure, convert, run_ok
 import numpy_llama
-from ort_reference import reference_logits
 
 # ONNX Runtime computes this graph in fp16, kvx (and numpy_llama) in fp32/fp64 from the same fp16 weights.
-TOLERANCE = 2e-3  # of max|logit| per position; tools/fixtures/make_fixtures.py says why
+TOLERANCE = 2e-3  # of max|logit| per position; tools/kvx_tools/fixtures/make_fixtures.py says why
 BUILDER_NAMES = {"wq": "attn.q_proj", "wk": "attn.k_proj", "wv": "attn.v_proj", "wo": "attn.o_proj",
                  "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj"}
 
@@ -34,7 +34,7 @@ class OrtGenAiLlama(unittest.TestCase):
         cls._tmp = tempfile.TemporaryDirectory()
         cls.tmp = Path(cls._tmp.name)
         cls.model_dir = cls.tmp / "model"
-        run_ok(unittest.TestCase(), "convert/kvx_convert.py", ORTGENAI_LLAMA, "-o", cls.model_dir)
+        run_ok(unittest.TestCase(), "kvx_tools.convert", ORTGENAI_LLAMA, "-o", cls.model_dir)
         cls.config = json.loads((cls.model_dir / "config.json").read_text())
         cls.tensors = load_file(str(cls.model_dir / "model.safetensors"))
         cls.onnx_model = onnx.load(str(ORTGENAI_LLAMA))
@@ -97,7 +97,7 @@ class OrtGenAiLlama(unittest.TestCase):
 
     def test_dtype_f32_widens_exactly(self):
         out_dir = self.tmp / "as_f32"
-        run_ok(self, "convert/kvx_convert.py", ORTGENAI_LLAMA, "-o", out_dir, "--dtype", "f32")
+        run_ok(self, "kvx_tools.convert", ORTGENAI_LLAMA, "-o", out_dir, "--dtype", "f32")
         self.assertEqual(json.loads((out_dir / "config.json").read_text())["weights"]["dtype"], "f32")
         widened = load_file(str(out_dir / "model.safetensors"))
         for name, array in self.tensors.items():
@@ -111,7 +111,7 @@ class OrtGenAiLlama(unittest.TestCase):
                     next(a for a in node.attribute if a.name == "interleaved").i = 1
         path = self.variant("interleaved", interleave)
         out_dir = self.tmp / "interleaved_model"
-        run_ok(self, "convert/kvx_convert.py", path, "-o", out_dir)
+        run_ok(self, "kvx_tools.convert", path, "-o", out_dir)
         config, tensors = numpy_llama.load_model_dir(out_dir)
         self.assertFalse(np.array_equal(tensors["layers.0.wq"], self.tensors["layers.0.wq"]))
         np.testing.assert_array_equal(tensors["layers.0.wv"], self.tensors["layers.0.wv"])

@@ -11,11 +11,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.fixtures.make_fixtures import RANDOM_FIXTURES
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import convert, export_random, run_ok
-from make_fixtures import RANDOM_FIXTURES
 import numpy_llama
-from ort_reference import reference_logits
 
 RECIPE_TO_CONFIG = {"dim": "dim", "hidden": "hidden_dim", "layers": "n_layers", "heads": "n_heads",
                     "kv_heads": "n_kv_heads", "head_dim": "head_dim", "vocab": "vocab_size"}
@@ -64,7 +64,7 @@ class AwkwardShapes(unittest.TestCase):
             with self.subTest(name):
                 onnx_path = export_recipe(self.tmp / name / "model.onnx", recipe)
                 model_dir = self.tmp / name / "model"
-                run_ok(self, "convert/kvx_convert.py", onnx_path, "-o", model_dir)
+                run_ok(self, "kvx_tools.convert", onnx_path, "-o", model_dir)
                 config, tensors = numpy_llama.load_model_dir(model_dir)
                 for recipe_key, config_key in RECIPE_TO_CONFIG.items():
                     self.assertEqual(config[config_key], recipe[recipe_key], config_key)
@@ -99,7 +99,7 @@ class AwkwardShapes(unittest.TestCase):
         np.testing.assert_allclose(reference_logits(plain_path, tokens, 6),
                                    reference_logits(onnx_path, tokens, 6), atol=1e-6, rtol=0)
         for path, out in ((onnx_path, "torch_style_model"), (plain_path, "plain_model")):
-            run_ok(self, "convert/kvx_convert.py", path, "-o", self.tmp / out)
+            run_ok(self, "kvx_tools.convert", path, "-o", self.tmp / out)
         for file in ("model.safetensors", "config.json"):
             self.assertEqual((self.tmp / "torch_style_model" / file).read_bytes(),
                              (self.tmp / "plain_model" / file).read_bytes(), file)
@@ -122,7 +122,7 @@ class AwkwardShapes(unittest.TestCase):
         embedding = numpy_helper.to_array(next(t for t in onnx.load(str(onnx_path)).graph.initializer
                                                if t.name == "model.embed_tokens.weight"))
         copied = self._with_lm_head_initializer(onnx_path, np.ascontiguousarray(embedding.T))
-        run_ok(self, "convert/kvx_convert.py", copied, "-o", self.tmp / "copied")
+        run_ok(self, "kvx_tools.convert", copied, "-o", self.tmp / "copied")
         self.assertTrue(json.loads((self.tmp / "copied" / "config.json").read_text())["tied_embeddings"])
 
         nudged = embedding.T.copy()

@@ -10,13 +10,13 @@ import numpy as np
 import onnx
 from safetensors.numpy import load_file
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.convert.kvx_layout import expected_tensor_shapes
+from kvx_tools.export.llama2c_checkpoint import read_llama2c_checkpoint
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import (STORIES_CHECKPOINT, STORIES_TOKENIZER, export_stories,
                               give_initializers_lying_names, run_ok)
-from kvx_layout import expected_tensor_shapes
-from llama2c_checkpoint import read_llama2c_checkpoint
 import numpy_llama
-from ort_reference import reference_logits
 
 EXPECTED_CONFIG = {
     "format": "kvx-model", "format_version": 1, "architecture": "llama", "dim": 64, "hidden_dim": 172,
@@ -35,7 +35,7 @@ class StoriesConversion(unittest.TestCase):
         cls.tmp = Path(cls._tmp.name)
         cls.onnx_path = export_stories(cls.tmp / "stories260K.onnx")
         cls.model_dir = cls.tmp / "model"
-        run_ok(unittest.TestCase(), "convert/kvx_convert.py", cls.onnx_path, "-o", cls.model_dir,
+        run_ok(unittest.TestCase(), "kvx_tools.convert", cls.onnx_path, "-o", cls.model_dir,
                "--tokenizer", STORIES_TOKENIZER)
         cls.config = json.loads((cls.model_dir / "config.json").read_text())
         cls.tensors = load_file(str(cls.model_dir / "model.safetensors"))
@@ -77,7 +77,7 @@ class StoriesConversion(unittest.TestCase):
         shuffled_path.parent.mkdir()
         onnx.save(model, str(shuffled_path))
         out_dir = self.tmp / "lying_model"
-        run_ok(self, "convert/kvx_convert.py", shuffled_path, "-o", out_dir, "--tokenizer", STORIES_TOKENIZER)
+        run_ok(self, "kvx_tools.convert", shuffled_path, "-o", out_dir, "--tokenizer", STORIES_TOKENIZER)
         self.assertEqual((out_dir / "model.safetensors").read_bytes(),
                          (self.model_dir / "model.safetensors").read_bytes())
 

@@ -8,7 +8,6 @@ import tempfile
 import unittest
 from pathlib import Path
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
 from kvx_test_support import (GPT2_ENCODER, GPT2_MERGES, ORTGENAI_GPT2_TOKENIZER, STORIES_TOKENIZER,
                               assert_one_line_failure, convert, export_random, run_ok)
 
@@ -34,7 +33,7 @@ class TokenizerBundling(unittest.TestCase):
 
     def _converted(self, name, onnx_path, *extra):
         out = self.tmp / name
-        run_ok(self, "convert/kvx_convert.py", onnx_path, "-o", out, *extra)
+        run_ok(self, "kvx_tools.convert", onnx_path, "-o", out, *extra)
         return out, json.loads((out / "config.json").read_text())
 
     def _refused(self, onnx_path, extra, *fragments):

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.fixtures.ort_reference import greedy_tokens, reference_logits
+
 from kvx_test_support import (STORIES_TOKENIZER, assert_left_padding_is_masked, export_random, export_stories,
                               graph_io_dims)
-from ort_reference import greedy_tokens, reference_logits
 
 # What llama2.c's run.c prints for stories260K at temperature 0 with 256 steps from BOS: the 256 tokens
 # after BOS. (Copied from models' golden_greedy_n256_runc.txt; MIT, A. Karpathy.)

@@ -17,12 +17,12 @@ import onnx
 from gguf import GGMLQuantizationType
 from tokenizers import Tokenizer
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.export.export_random_llama import random_llama_weights
+from kvx_tools.export.llama_graph import build_llama_graph
+from kvx_tools.export.onnx_save import save_onnx
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import convert, run_tool
-from export_random_llama import random_llama_weights
-from llama_graph import build_llama_graph
-from onnx_save import save_onnx
-from ort_reference import reference_logits
 
 CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d"]
@@ -119,7 +119,7 @@ class GgufExport(unittest.TestCase):
         cls.gguf_path = cls.tmp / "tiny.gguf"
         write_gguf(cls.gguf_path, cls.weights, cls.config, cls.quantized)
         cls.onnx_path = cls.tmp / "export" / "model.onnx"
-        result = run_tool("export/export_gguf_llama.py", cls.gguf_path, "-o", cls.onnx_path, "--external-data")
+        result = run_tool("kvx_tools.export.export_gguf_llama", cls.gguf_path, "-o", cls.onnx_path, "--external-data")
         assert result.returncode == 0, result.stderr
 
     @classmethod
@@ -166,7 +166,7 @@ class GgufExport(unittest.TestCase):
         not_gguf = self.tmp / "not.gguf"
         not_gguf.write_bytes(b"GGUF but not really" * 10)
         for path, fragment in ((not_gguf, "not a GGUF file"), (self.tmp / "missing.gguf", "cannot read")):
-            result = run_tool("export/export_gguf_llama.py", path, "-o", self.tmp / "bad.onnx")
+            result = run_tool("kvx_tools.export.export_gguf_llama", path, "-o", self.tmp / "bad.onnx")
             self.assertEqual(result.returncode, 1, result.stderr)
             self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
             self.assertIn(fragment, result.stderr)

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.export.export_random_gpt2 import random_gpt2_weights
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import assert_left_padding_is_masked, graph_io_dims, run_ok
-from export_random_gpt2 import random_gpt2_weights
 import numpy_gpt2
-from ort_reference import reference_logits
 
 GPT2_OPS = {
     "Gather", "Add", "LayerNormalization", "MatMul", "Split", "Reshape", "Transpose", "Concat", "Div",
@@ -25,7 +25,7 @@ SHAPE = dict(dim=40, hidden=90, layers=2, heads=4, head_dim=12, vocab=151, max_s
 
 def export_gpt2(path, extra=(), **shape):
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
-    run_ok(unittest.TestCase(), "export/export_random_gpt2.py", *argv, *extra, "-o", path)
+    run_ok(unittest.TestCase(), "kvx_tools.export.export_random_gpt2", *argv, *extra, "-o", path)
     return path
 
 

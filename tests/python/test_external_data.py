@@ -7,7 +7,6 @@ import tempfile
 import unittest
 from pathlib import Path
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
 from kvx_test_support import STORIES_TOKENIZER, assert_one_line_failure, convert, export_stories, run_ok
 
 
@@ -33,7 +32,7 @@ class ExternalData(unittest.TestCase):
 
     def test_outputs_are_byte_identical(self):
         for kind, onnx_path in (("inline", self.inline), ("external", self.external)):
-            run_ok(self, "convert/kvx_convert.py", onnx_path, "-o", self.tmp / f"{kind}_model",
+            run_ok(self, "kvx_tools.convert", onnx_path, "-o", self.tmp / f"{kind}_model",
                    "--tokenizer", STORIES_TOKENIZER)
         for file in ("model.safetensors", "config.json", "tokenizer.bin"):
             self.assertEqual((self.tmp / "inline_model" / file).read_bytes(),

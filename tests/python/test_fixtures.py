@@ -10,11 +10,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-# kvx_test_support first: it puts the tools' folders on sys.path.
+from kvx_tools.fixtures.make_fixtures import (F16_FIXTURES, F16_TOLERANCE, FIXTURE_NAMES, FP32_TOLERANCE, N_DECODE,
+                                              N_PREFILL, ONNX_FIXTURES, RANDOM_FIXTURES, RANDOM_GPT2_FIXTURES,
+                                              SHARED_FIXTURES, SHARED_TOLERANCE)
+from kvx_tools.fixtures.ort_reference import reference_logits
+
 from kvx_test_support import run_ok
-from make_fixtures import (F16_FIXTURES, F16_TOLERANCE, FIXTURE_NAMES, FP32_TOLERANCE, N_DECODE, N_PREFILL,
-                           ONNX_FIXTURES, RANDOM_FIXTURES, RANDOM_GPT2_FIXTURES, SHARED_FIXTURES, SHARED_TOLERANCE)
-from ort_reference import reference_logits
 
 
 class Fixtures(unittest.TestCase):
@@ -23,7 +24,7 @@ class Fixtures(unittest.TestCase):
         cls._tmp = tempfile.TemporaryDirectory()
         cls.out = Path(cls._tmp.name)
         cls.names = ["stories260K", "rand_hd80_gqa1_l1_v257_ext", *F16_FIXTURES, *SHARED_FIXTURES]
-        run_ok(unittest.TestCase(), "fixtures/make_fixtures.py", "--out", cls.out, "--only", *cls.names)
+        run_ok(unittest.TestCase(), "kvx_tools.fixtures.make_fixtures", "--out", cls.out, "--only", *cls.names)
 
     @classmethod
     def tearDownClass(cls):
@@ -73,7 +74,7 @@ class Fixtures(unittest.TestCase):
         d = self.out / "stories260K"
         tokens = np.load(d / "tokens.npy")[:40]
         out = self.out / "cli_logits.npy"
-        run_ok(self, "fixtures/ort_reference.py", d / "model.onnx", "--tokens", ",".join(map(str, tokens)),
+        run_ok(self, "kvx_tools.fixtures.ort_reference", d / "model.onnx", "--tokens", ",".join(map(str, tokens)),
                "--n-prefill", N_PREFILL, "-o", out)
         np.testing.assert_array_equal(np.load(out), np.load(d / "ref_logits.npy")[:40])
 

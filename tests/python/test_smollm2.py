@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The SmolLM2-135M-Instruct fixture ($KVX_SMOLLM2_DIR, made by tools/fixtures/make_smollm2.py): its
+"""The SmolLM2-135M-Instruct fixture ($KVX_SMOLLM2_DIR, made by kvx_tools.fixtures.make_smollm2): its
 config.json against the GGUF file's metadata, and its tokenizer.json on strings whose pieces are plain
 to see. Exits 77 (ctest: skipped) when the fixture step could not fetch the model and was allowed not to."""
 
@@ -10,14 +10,11 @@ import unittest
 from pathlib import Path
 
 import numpy as np
-
-# kvx_test_support first: it puts the tools' folders on sys.path.
-import kvx_test_support  # noqa: F401
 from gguf import GGUFReader
 from tokenizers import Tokenizer
 
-from fetch_smollm2 import GGUF_MEMBER
-from make_smollm2 import PROMPT, UNAVAILABLE_FILE, chat_prompt_tokens
+from kvx_tools.export.fetch_smollm2 import GGUF_MEMBER
+from kvx_tools.fixtures.make_smollm2 import PROMPT, UNAVAILABLE_FILE, chat_prompt_tokens
 
 SKIP_EXIT_CODE = 77
 MODEL_DIR = Path(os.environ.get("KVX_SMOLLM2_DIR", ""))

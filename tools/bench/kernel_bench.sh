@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs kvx-bench's whole sweep (every kernel at the sizes that matter, 1 and all threads), writes Google
 # Benchmark's JSON as it emits it to bench/results/kernels.json, and prints the summary
-# (tools/bench/kernel_summary.py). About 10 minutes on 2 cores.
+# (kvx_tools.bench.kernel_summary). About 10 minutes on 2 cores.
 #
 #   tools/bench/kernel_bench.sh [kvx-bench flags, e.g. --simd avx2 --benchmark_filter=gemv]
 #
@@ -19,4 +19,4 @@ mkdir -p "$(dirname "$out")"
 # the plots use the medians): a shared machine's load comes and goes within a sweep.
 "$bench" --benchmark_min_time=0.05 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_out="$out" --benchmark_out_format=json "$@"
-python3 tools/bench/kernel_summary.py "$out"
+PYTHONPATH="$PWD/tools${PYTHONPATH:+:$PYTHONPATH}" python3 -m kvx_tools.bench.kernel_summary "$out"

@@ -1,5 +1,5 @@
-// kvx convert: ONNX file -> kvx model directory. The converter is a Python program (tools/convert/), as in
-// llama.cpp and calm, since reading ONNX graphs is what the onnx package is for; this command runs it.
+// kvx convert: ONNX file -> kvx model directory. The converter is a Python program (tools/kvx_tools/convert/),
+// as in llama.cpp and calm, since reading ONNX graphs is what the onnx package is for; this command runs it.
 #include <cstdlib>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,10 +25,15 @@ std::string env_or(const char* name, const char* fallback) {
     return value && *value ? value : fallback;
 }
 
+// PYTHONPATH for the converter: the checkout's kvx_tools first, whatever copy is installed, then the caller's.
+std::string converter_pythonpath() {
+    const char* inherited = std::getenv("PYTHONPATH");
+    return inherited && *inherited ? std::string(KVX_TOOLS_PYTHONPATH) + ":" + inherited : KVX_TOOLS_PYTHONPATH;
+}
+
 int run_convert(const ConvertOptions& o) {
     const std::string python = env_or("KVX_PYTHON", KVX_PYTHON[0] ? KVX_PYTHON : "python3");
-    const std::string script = env_or("KVX_CONVERTER", KVX_CONVERTER_SCRIPT);
-    std::vector<std::string> args = {python, script, o.onnx_path, "-o", o.output_dir};
+    std::vector<std::string> args = {python, "-m", "kvx_tools.convert", o.onnx_path, "-o", o.output_dir};
     if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
     if (!o.merges.empty()) args.insert(args.end(), {"--merges", o.merges});
     if (!o.chat_template.empty()) args.insert(args.end(), {"--chat-template", o.chat_template});
@@ -38,9 +43,12 @@ int run_convert(const ConvertOptions& o) {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // Built before fork: kvx may run OpenMP threads, and a forked child of a threaded process must not allocate.
+    const std::string pythonpath = converter_pythonpath();
     const pid_t pid = fork();
     if (pid < 0) throw Error("cannot start the converter");
     if (pid == 0) {
+        setenv("PYTHONPATH", pythonpath.c_str(), 1);  // the child's environment only; kvx's own is untouched
         execvp(argv[0], argv.data());
         std::fprintf(stderr, "kvx convert: cannot run '%s' (set KVX_PYTHON to a Python with onnx installed)\n", argv[0]);
         _exit(127);

@@ -5,7 +5,7 @@
 // Each benchmark takes the layout as its last argument, so that the contiguous run and the paged runs of
 // one size follow each other and see the same machine load (other work comes and goes):
 //   layout 0: contiguous fp32,  1: paged fp32,  2: paged fp16
-// The goal the sweep checks (tools/bench/kernel_summary.py): paged within 10% of contiguous at every context.
+// The goal the sweep checks (tools/kvx_tools/bench/kernel_summary.py): paged within 10% of contiguous at every context.
 #include <cmath>
 #include <numeric>
 #include <random>

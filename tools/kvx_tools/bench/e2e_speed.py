@@ -1,0 +1,246 @@
+"""End-to-end speed of kvx next to llama.cpp, ONNX Runtime GenAI and llama2.c's run.c, each figure also as a
+fraction of the decode speed of light (speed_of_light.py); writes bench/results/e2e.json.
+
+    python3 -m kvx_tools.bench.e2e_speed [--runs 5] [--threads 1 2] [--runc /tmp/run] [--quick]
+
+Workloads, all greedy from the same prompt ids (bench/prompts/):
+  SmolLM2-135M, f32 and f16 weights: a 128-token prompt then 256 new tokens (prefill and decode speed),
+      and a 512-token prompt then 1 token (prefill speed); kvx, llama.cpp (F32 / F16 GGUF written by
+      write_gguf.py from the same Q4_1 file) and ONNX Runtime GenAI (the fp32 ONNX; it has no f16 here);
+  stories260K: 256 tokens from BOS (kvx and run.c, the golden text of models/stories260K), and kvx's
+      prefill of a 128-token prompt;
+  a context sweep: kvx's decode speed (64 new tokens) after prompts of 16 .. 2048 tokens, f32 and f16.
+Each round runs every case once, engines of the same case one after another, so that all see the same
+machine; the first round is a warm-up (page cache, CPU clocks) and is only used for the greedy ids.
+The peers come from tools/bench/requirements.txt (not tools/requirements.txt: CI does not build llama.cpp).
+"""
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..checkout import REPO
+from .e2e_engines import Kvx, LlamaCpp, OrtGenai, RunC
+from .e2e_prompts import prompt_ids
+from .speed_of_light import (bytes_per_decoded_token, ceiling_tokens_per_s, measure_read_bandwidth,
+                            weight_bytes_per_token)
+
+PEER_PACKAGES = ["llama-cpp-python", "onnxruntime-genai", "onnxruntime", "gguf", "numpy"]
+
+
+@dataclass
+class Case:
+    model: str
+    engine: object
+    prompt: list
+    prompt_file: str  # where the prompt's ids come from (bench/prompts/NAME.txt, its first len(prompt))
+    n_new: int
+    ceiling_model_dir: str  # the kvx model directory whose bytes per token give this case's ceiling
+    runs: list = field(default_factory=list)  # Measurement per measured round
+    warmup: object = None  # the warm-up's Measurement: the greedy ids compared between engines
+
+
+def smollm2_paths(args):
+    cache = Path(os.environ.get("KVX_MODEL_CACHE", REPO / ".cache" / "models")) / "smollm2-135m-instruct"
+    fixture = cache / "fixture"
+    if not (fixture / "model" / "config.json").exists():
+        sys.exit(f"e2e_speed: no SmolLM2 fixture in {fixture}: "
+                 "run python -m kvx_tools.fixtures.make_smollm2 (docs/smollm2.md)")
+    derived = cache / "bench"
+    derived.mkdir(exist_ok=True)
+    paths = {"f32": {"kvx": fixture / "model", "gguf": derived / "smollm2-f32.gguf"},
+             "f16": {"kvx": derived / "kvx-f16", "gguf": derived / "smollm2-f16.gguf"},
+             "onnx": fixture / "model.onnx"}
+    for precision in ("f32", "f16"):
+        gguf = paths[precision]["gguf"]
+        if not gguf.exists():
+            source = cache / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            subprocess.run([sys.executable, "-m", "kvx_tools.bench.write_gguf", str(source),
+                            "--dtype", precision, "-o", str(gguf)], check=True)
+    if not (paths["f16"]["kvx"] / "config.json").exists():
+        subprocess.run([str(args.kvx), "convert", str(paths["onnx"]), "-o", str(paths["f16"]["kvx"]), "--dtype",
+                        "f16", "--tokenizer", str(fixture / "tokenizer.json"), "--chat-template",
+                        str(fixture / "chat_template.jinja")], check=True, capture_output=True)
+    return paths
+
+
+def make_cases(args, n_new, sweep_prompts):
+    paths = smollm2_paths(args)
+    smol_prompt = prompt_ids("smollm2", args.kvx, paths["f32"]["kvx"], max(sweep_prompts + [512]))
+    stories_dir = str(args.stories)
+    stories_prompt = prompt_ids("stories260K", args.kvx, stories_dir, 128)
+    cases = []
+    for precision in ("f32", "f16"):
+        kvx_dir = str(paths[precision]["kvx"])
+        for threads in args.threads:
+            engines = [Kvx(args.kvx, precision, threads, kvx_dir)]
+            if "llama.cpp" in args.engines:
+                engines.append(LlamaCpp(precision, threads, str(paths[precision]["gguf"])))
+            if "onnxruntime-genai" in args.engines and precision == "f32":
+                engines.append(OrtGenai(precision, threads, str(paths["onnx"])))
+            for prompt_len, new in ((128, n_new), (512, 1)):
+                cases += [Case("SmolLM2-135M", e, smol_prompt[:prompt_len], "smollm2", new, kvx_dir)
+                          for e in engines]
+    for threads in args.threads:
+        engines = [Kvx(args.kvx, "f32", threads, stories_dir)]
+        if args.runc:
+            engines.append(RunC(args.runc, threads, str(REPO / "models" / "stories260K" / "stories260K.bin"),
+                                str(REPO / "models" / "stories260K" / "tok512.bin")))
+        cases += [Case("stories260K", e, [], "", 256, stories_dir) for e in engines]
+        cases.append(Case("stories260K", engines[0], stories_prompt, "stories260K", 1, stories_dir))
+    sweep = []
+    for precision in ("f32", "f16"):
+        kvx_dir = str(paths[precision]["kvx"])
+        for prompt_len in sweep_prompts:
+            sweep.append(Case("SmolLM2-135M", Kvx(args.kvx, precision, max(args.threads), kvx_dir),
+                              smol_prompt[:prompt_len], "smollm2", 64 if not args.quick else 16, kvx_dir))
+    return cases, sweep
+
+
+def run_rounds(cases, runs, after_round):
+    """Runs every case once per round; after_round(rounds measured so far) follows each measured round, so
+    that a run stopped early still leaves what it measured."""
+    for round_index in range(runs + 1):
+        started = time.time()
+        for case in cases:
+            measurement = case.engine.run(case.prompt, case.n_new)
+            if round_index == 0:
+                case.warmup = measurement
+            else:
+                case.runs.append(measurement)
+        label = "warm-up" if round_index == 0 else f"round {round_index} of {runs}"
+        print(f"e2e_speed: {label} done in {time.time() - started:.0f} s", file=sys.stderr, flush=True)
+        if round_index:
+            after_round(round_index)
+
+
+def stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def first_divergence(ids, reference, prompt_len):
+    """Index (0 = first generated token) of the first generated token that differs, None if none does."""
+    generated, expected = ids[prompt_len:], reference[prompt_len:]
+    for i, (a, b) in enumerate(zip(generated, expected)):
+        if a != b:
+            return i
+    return None if len(generated) == len(expected) else min(len(generated), len(expected))
+
+
+def greedy_agreement(case, cases):
+    """How this case's greedy output compares with kvx's for the same model, precision, threads and prompt."""
+    if case.engine.name == "kvx":
+        return None
+    ref = next(c for c in cases if c.engine.name == "kvx" and c.model == case.model and c.prompt == case.prompt
+               and c.n_new == case.n_new and c.engine.precision == case.engine.precision
+               and c.engine.threads == case.engine.threads)
+    if case.warmup.ids:
+        index = first_divergence(case.warmup.ids, ref.warmup.ids, len(case.prompt))
+        return {"compared": "ids", "generated": len(case.warmup.ids) - len(case.prompt), "first_divergence": index}
+    same = case.warmup.text.strip() == ref.warmup.text.strip()
+    return {"compared": "text", "identical": same}
+
+
+def case_record(case, cases, bandwidth):
+    engine = case.engine
+    prompt_len = len(case.prompt)
+    bytes_per_token = bytes_per_decoded_token(case.ceiling_model_dir, prompt_len, case.n_new)
+    ceiling = ceiling_tokens_per_s(bandwidth[engine.threads], bytes_per_token)
+    decode = stats(m.decode_tokens_per_s for m in case.runs)
+    ids = ",".join(map(str, case.prompt))  # named, not listed, in the recorded command
+    command = [f"<first {prompt_len} ids of bench/prompts/{case.prompt_file}.txt>" if a == ids and ids else a
+               for a in engine.command(case.prompt, case.n_new)]
+    return {
+        "model": case.model, "engine": engine.name, "precision": engine.precision, "threads": engine.threads,
+        "prompt_tokens": prompt_len, "new_tokens": case.n_new, "command": command,
+        "prefill_tokens_per_s": stats(m.prefill_tokens_per_s for m in case.runs) if prompt_len > 1 else None,
+        "decode_tokens_per_s": decode,
+        "bytes_per_decoded_token": bytes_per_token,
+        "weight_bytes_per_token": weight_bytes_per_token(case.ceiling_model_dir), "ceiling_tokens_per_s": ceiling,
+        "decode_fraction_of_ceiling": decode["median"] / ceiling if decode else None,
+        "greedy_vs_kvx": greedy_agreement(case, cases),
+    }
+
+
+def first_line(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def machine_info(load_before):
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    return {"cpu": cpu, "cores": os.cpu_count(), "isa": [f for f in ("avx512f", "avx2", "fma") if f in flags],
+            "kernel": platform.release(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average_before": load_before, "load_average_after": os.getloadavg()}
+
+
+def versions():
+    found = {"python": platform.python_version(), "gcc": first_line(["gcc", "--version"]),
+             "kvx_commit": first_line(["git", "-C", str(REPO), "describe", "--always", "--dirty"])}
+    for package in PEER_PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kvx", type=Path, default=REPO / "build" / "bin" / "kvx")
+    parser.add_argument("--read-bandwidth", type=Path, default=REPO / "build" / "bin" / "kvx_read_bandwidth")
+    parser.add_argument("--stories", type=Path, default=REPO / "build" / "models" / "stories260K",
+                        help="kvx model directory of stories260K (the build writes it)")
+    parser.add_argument("--runc", type=Path, help="llama2.c run.c binary (gcc -O3 -march=native -fopenmp)")
+    parser.add_argument("--runs", type=int, default=5, help="measured rounds after the warm-up")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--engines", nargs="+", default=["llama.cpp", "onnxruntime-genai"],
+                        choices=["llama.cpp", "onnxruntime-genai"], help="peers to run next to kvx")
+    parser.add_argument("--quick", action="store_true",
+                        help="a check that everything runs: 1 measured round, 32 new tokens, a short sweep")
+    parser.add_argument("-o", "--output", type=Path, default=REPO / "bench" / "results" / "e2e.json")
+    args = parser.parse_args()
+    if args.runs < 1 or min(args.threads) < 1:
+        parser.error("--runs and --threads must be at least 1")
+    for binary in (args.kvx, args.read_bandwidth):
+        if not binary.exists():
+            sys.exit(f"e2e_speed: {binary} not found: build kvx first (scripts/build.sh build)")
+    runs = 1 if args.quick else args.runs
+    n_new = 32 if args.quick else 256
+    sweep_prompts = [16, 512] if args.quick else [16, 128, 512, 1024, 2048]
+
+    load_before = os.getloadavg()
+    bandwidth = measure_read_bandwidth(args.read_bandwidth)
+    cases, sweep = make_cases(args, n_new, sweep_prompts)
+
+    def write_results(rounds, bandwidth_after=None):
+        result = {
+            "machine": machine_info(load_before), "versions": versions(), "runs": rounds, "quick": args.quick,
+            "read_bandwidth_gb_s": {"before": bandwidth, "after": bandwidth_after},  # after: None until the end
+            "cases": [case_record(c, cases, bandwidth) for c in cases],
+            "context_sweep": [case_record(c, sweep, bandwidth) for c in sweep],
+        }
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"e2e_speed: wrote {args.output} ({rounds} rounds)", file=sys.stderr, flush=True)
+
+    run_rounds(cases + sweep, runs, write_results)
+    write_results(runs, measure_read_bandwidth(args.read_bandwidth))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Converts an ONNX decoder into a kvx model directory (docs/model-format.md).
+
+  python3 -m kvx_tools.convert MODEL.onnx -o MODEL_DIR [--tokenizer FILE [--merges vocab.bpe]]
+                              [--chat-template FILE] [--max-seq-len N] [--dtype f16|f32]
+
+The tokenizer is a llama2.c tokenizer.bin, an HF tokenizer.json (byte-level BPE), or GPT-2's encoder.json
+with its vocab.bpe given by --merges.
+
+Weights are found by following the graph from the embedding along the residual stream, not by initializer
+names; the structure there tells Llama from GPT-2 (graph_mapper.py). Anything the converter cannot map
+stops it with exit code 1 and one line on stderr.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from .convert_errors import ConvertError
+from .graph_index import GraphIndex
+from .graph_mapper import map_graph
+from .kvx_writer import kvx_config, write_model_dir
+from .onnx_loading import check_onnx_model, load_onnx_model
+from .op_support import check_supported_ops
+from .sliding_window import sliding_window_of
+from .special_tokens import special_token_ids
+from .tokenizer_bundle import bundle
+from .weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
+
+MAX_SEQ_LEN_METADATA = "max_position_embeddings"
+
+
+def max_seq_len_of(model, override, n_positions=None, table="the position embedding"):
+    """--max-seq-len if given, else the model's max_position_embeddings metadata, else the rows of the table
+    the graph looks positions up in (n_positions: a learned position embedding's, or the RoPE tables' of
+    ONNX Runtime's RotaryEmbedding; None where the graph computes its RoPE angles). Such a table bounds the
+    context. Computed RoPE carries no length limit of its own, so with neither there is no safe value."""
+    props = {p.key: p.value for p in model.metadata_props}
+    if override is not None:
+        value, origin = override, "--max-seq-len"
+    elif MAX_SEQ_LEN_METADATA in props:
+        value, origin = props[MAX_SEQ_LEN_METADATA], f"metadata '{MAX_SEQ_LEN_METADATA}'"
+    elif n_positions is not None:
+        return n_positions
+    else:
+        raise ConvertError(f"the model has no '{MAX_SEQ_LEN_METADATA}' metadata; "
+                           "give the context length with --max-seq-len N")
+    try:
+        value = int(value)
+    except ValueError:
+        raise ConvertError(f"{origin} is not an integer: {value!r}") from None
+    if value <= 0:
+        raise ConvertError(f"{origin} must be positive, got {value}")
+    if n_positions is not None and value > n_positions:
+        raise ConvertError(f"{origin} is {value}, but {table} has only {n_positions} rows")
+    return value
+
+
+def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None,
+            dtype=None):
+    """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict.
+    dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py)."""
+    model = load_onnx_model(onnx_path)
+    check_supported_ops(model.graph)
+    check_onnx_model(onnx_path, model.graph)
+    mapped = map_graph(GraphIndex(model.graph))
+    positions = mapped.tensors.get("pos_embeddings")
+    if positions is None:
+        seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables")
+    else:
+        seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0])
+        mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
+    vocab_size = mapped.hyperparameters["vocab_size"]
+    extras = bundle(tokenizer_path, merges_path, chat_template_path, vocab_size)
+    # Ids the exporter wrote into the ONNX metadata win over those the tokenizer files imply.
+    bos, eos = special_token_ids(model, vocab_size)
+    if bos is not None:
+        extras.bos_token_id = bos
+    if eos is not None:
+        extras.eos_token_ids = eos
+    window = sliding_window_of(model, mapped.hyperparameters["n_layers"])
+    dtype = dtype or source_dtype(mapped.tensors)
+    tensors = cast_weights(mapped.tensors, dtype)
+    config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,
+                        window)
+    try:
+        write_model_dir(out_dir, config, tensors, extras.files)
+    except OSError as e:
+        raise ConvertError(f"cannot write {out_dir}: {e.strerror or e}") from None
+    return config
+
+
+def main(argv=None, prog=None):
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="ONNX file (external data is read from its folder)")
+    parser.add_argument("-o", "--output", required=True, help="model directory to write")
+    parser.add_argument("--tokenizer", help="tokenizer to check and copy into the directory: llama2.c "
+                                            "tokenizer.bin, HF tokenizer.json, or GPT-2 encoder.json")
+    parser.add_argument("--merges", help="GPT-2's vocab.bpe, with --tokenizer encoder.json")
+    parser.add_argument("--chat-template", help="Jinja chat template to copy into the directory")
+    parser.add_argument("--max-seq-len", type=int, help="context length, when the model has no "
+                                                        "max_position_embeddings metadata (overrides it; "
+                                                        "at most the rows of a position table or of "
+                                                        "precomputed RoPE tables)")
+    parser.add_argument("--dtype", choices=sorted(NUMPY_DTYPES), help="storage of the weight matrices "
+                        "(default: the graph's: f16 when all its matrices are fp16, else f32)")
+    args = parser.parse_args(argv)
+    try:
+        convert(args.model, args.output, args.tokenizer, args.max_seq_len, args.merges, args.chat_template,
+                args.dtype)
+    except ConvertError as e:
+        print(f"kvx convert: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

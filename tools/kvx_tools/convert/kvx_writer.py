@@ -1,0 +1,69 @@
+"""Writes the kvx model directory of docs/model-format.md."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from .tokenizer_bundle import BUNDLED_FILES
+
+FORMAT_VERSION = 1
+CONVERTER_ID = "kvx-convert 1"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def _json_float32(value):
+    """The shortest decimal that reads back as the same float32 (1e-05, not 9.999999747378752e-06)."""
+    return float(str(np.float32(value)))
+
+
+def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, weights_dtype="f32",
+               sliding_window=None):
+    """config.json's content, keys in the documented order. bundle: tokenizer_bundle.Bundle.
+    weights_dtype: "f32" or "f16", the matrices' storage. sliding_window: {"window", "layers"} or None."""
+    h = hyperparameters
+    config = {
+        "format": "kvx-model",
+        "format_version": FORMAT_VERSION,
+        "architecture": architecture,
+        "dim": int(h["dim"]),
+        "hidden_dim": int(h["hidden_dim"]),
+        "n_layers": int(h["n_layers"]),
+        "n_heads": int(h["n_heads"]),
+        "n_kv_heads": int(h["n_kv_heads"]),
+        "head_dim": int(h["head_dim"]),
+        "vocab_size": int(h["vocab_size"]),
+        "max_seq_len": int(max_seq_len),
+        "norm_eps": _json_float32(h["norm_eps"]),
+        "rope_style": h.get("rope_style"),  # null for gpt2: learned positions, no RoPE
+        "tied_embeddings": bool(h["tied_embeddings"]),
+        **({"sliding_window": sliding_window} if sliding_window else {}),
+        "bos_token_id": int(bundle.bos_token_id),
+        "eos_token_ids": [int(t) for t in bundle.eos_token_ids],
+        "weights": {"file": WEIGHTS_FILE, "dtype": weights_dtype},
+        "tokenizer": bundle.tokenizer,
+    }
+    if bundle.chat_template is not None:
+        config["chat"] = bundle.chat_template
+    config["source"] = {"onnx": onnx_name, "converter": CONVERTER_ID}
+    return config
+
+
+def write_model_dir(out_dir, config, tensors, files):
+    """tensors: kvx name -> array in kvx layout and stored dtype. files: name in the directory -> file copied verbatim
+    (tokenizer, chat template)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out_dir / WEIGHTS_FILE))
+    for name in BUNDLED_FILES:
+        if name in files:
+            shutil.copyfile(files[name], out_dir / name)
+        else:
+            (out_dir / name).unlink(missing_ok=True)  # a stale one would contradict config.json
+    config_path = out_dir / "config.json"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    # safetensors creates its file 0600; give it the permissions a plain write got under this umask.
+    os.chmod(out_dir / WEIGHTS_FILE, config_path.stat().st_mode & 0o777)

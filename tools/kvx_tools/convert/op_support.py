@@ -1,0 +1,42 @@
+"""The operators the converter knows how to read. A node outside this set stops the conversion before
+any pattern matching, naming the node, so that a new kind of graph fails at its first unknown piece.
+
+Extending: add the op here, and teach a matcher in the *_patterns modules what it means.
+"""
+
+from .convert_errors import ConvertError, node_label
+from .patterns_ortgenai_gpt2 import MS_DOMAIN, ORTGENAI_GPT2_OPS
+from .patterns_ortgenai_llama import ORTGENAI_LLAMA_OPS
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+# Standard ops that torch.onnx.export emits for HF Llama and GPT-2: the computation proper plus the shape and
+# mask arithmetic around it, which the engine does itself and the converter therefore only walks past.
+SUPPORTED_DEFAULT_OPS = frozenset({
+    # computation that maps onto kvx weights and kernels
+    "Gather", "MatMul", "Pow", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Div", "Mul", "Neg",
+    "Cos", "Sin", "Softmax", "Sigmoid", "LayerNormalization", "Tanh",
+    # tensor plumbing
+    "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Expand", "Identity", "Cast",
+    # shape and mask arithmetic
+    "Shape", "Constant", "ConstantOfShape", "Range", "Sub", "Where", "Equal", "Less", "LessOrEqual",
+    "Greater", "GreaterOrEqual", "And", "Or", "Not", "Trilu", "Min", "Max", "Tile",
+})
+
+# Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft
+# domain; the default domain ("") holds the few ONNX Runtime registers there (SimplifiedLayerNormalization).
+SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS) | ORTGENAI_LLAMA_OPS
+
+
+def check_supported_ops(graph):
+    """Raises for the first unsupported node, looking at non-standard domains first: in graphs with
+    fused operators those are what needs support, not the plumbing around them."""
+    for node in graph.node:
+        if node.domain not in DEFAULT_DOMAINS and (node.domain, node.op_type) not in SUPPORTED_FUSED_OPS:
+            raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
+                               f"(op type {node.op_type}, domain {node.domain})")
+    for node in graph.node:
+        if node.domain in DEFAULT_DOMAINS and node.op_type not in SUPPORTED_DEFAULT_OPS \
+                and ("", node.op_type) not in SUPPORTED_FUSED_OPS:
+            raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
+                               f"(op type {node.op_type})")

@@ -1,0 +1,208 @@
+"""Self-attention with a KV cache, as torch exports HF's LlamaAttention.
+
+The three projections reading the normed activations are told apart by where their outputs go, never
+by name:
+  query: split into heads -> RoPE -> (scale) -> MatMul with K^T
+  key:   split into heads -> RoPE -> Concat(past key input, .) = a graph output (present key)
+  value: split into heads ->         Concat(past value input, .) = a graph output (present value)
+Then the core is checked: scores scaled by 1/sqrt(head_dim) (as kvx computes them), mask Add, Softmax,
+MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Add. GPT-2's matcher
+(patterns_fused_qkv.py) shares the core and the head splitting.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from onnx import NodeProto
+
+from .convert_errors import ConvertError, cannot_map
+from .graph_index import node_attr
+from .patterns_linear import linear_consumers, linear_weight, residual_add, sole_linear_consumer
+from .patterns_rope import Rope, match_rope
+
+# What GQA's repeat_kv (Unsqueeze -> Expand -> Reshape) and the K transpose are built from.
+REPEAT_KV_OPS = frozenset({"Unsqueeze", "Expand", "Reshape"})
+
+
+@dataclass
+class Attention:
+    wq: np.ndarray  # [dim, n_heads * head_dim], ONNX MatMul layout [in, out]
+    wk: np.ndarray  # [dim, n_kv_heads * head_dim]
+    wv: np.ndarray  # [dim, n_kv_heads * head_dim]
+    wo: np.ndarray  # [n_heads * head_dim, dim]
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    inv_freq: np.ndarray  # [head_dim / 2] fp32
+    output: str  # the residual stream after the block
+
+
+@dataclass
+class _Projection:
+    matmul: NodeProto
+    n_heads: int
+    head_dim: int
+    rope: Optional[Rope]  # None for the value projection
+    end: str  # where the path was followed to: rotated query, or the cache Concat output
+
+
+def match_attention(ix, normed, residual, after):
+    """The attention block reading normed [b, s, dim] and adding into residual."""
+    linears = linear_consumers(ix, normed)
+    if len(linears) != 3:
+        raise cannot_map(after, f"three MatMuls (q, k, v projections) reading '{normed}', "
+                                f"found {len(linears)}")
+    roles = {}
+    for matmul in linears:
+        role, projection = _classify_projection(ix, matmul)
+        if role in roles:
+            raise cannot_map(matmul, f"one {role} projection per layer, found a second")
+        roles[role] = projection
+    q, k, v = roles["query"], roles["key"], roles["value"]
+    _check_head_shapes(q, k, v)
+    if not np.array_equal(q.rope.inv_freq, k.rope.inv_freq):
+        raise cannot_map(k.matmul, "the same RoPE frequencies for Q and K")
+
+    o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul)
+    return Attention(
+        wq=linear_weight(ix, q.matmul), wk=linear_weight(ix, k.matmul), wv=linear_weight(ix, v.matmul),
+        wo=linear_weight(ix, o_proj), n_heads=q.n_heads, n_kv_heads=k.n_heads, head_dim=q.head_dim,
+        inv_freq=q.rope.inv_freq, output=residual_add(ix, residual, o_proj.output[0], o_proj))
+
+
+def match_attention_core(ix, query, key, value, head_dim, blame):
+    """What follows the projections: Softmax(query K^T / sqrt(head_dim) + mask) V, heads merged, into
+    the output projection. query, key, value: [b, heads, s or t, head_dim] tensors, key and value the
+    cached ones where the graph has a cache; blame: the node to name when there is no Q K^T. Returns the
+    output projection's MatMul."""
+    probs = _match_scores(ix, query, key, head_dim, blame)
+    pv = _sole_matmul_reading(ix, probs, ix.producer(probs), "Softmax(scores) @ V")
+    if ix.trace_back(pv.input[1], REPEAT_KV_OPS) != value:
+        raise cannot_map(pv, f"probabilities times the cached values '{value}'")
+    return _match_merge_heads(ix, pv)
+
+
+def split_heads(ix, tensor, width, after):
+    """Follows tensor [b, s, width] -> Reshape [b, s, heads, head_dim] -> Transpose [b, heads, s,
+    head_dim]; after: the node that wrote tensor. Returns (heads, head_dim, transposed tensor)."""
+    reshape = ix.sole_consumer(tensor, "Reshape", after, "Reshape to [batch, seq, heads, head_dim]")
+    dims = ix.fold_dims(reshape.input[1], reshape)
+    if len(dims) != 4 or dims[3] is None or dims[3] <= 0 or dims[2] is None:
+        raise cannot_map(reshape, f"a target shape [batch, seq, heads, head_dim] with constant heads and "
+                                  f"head_dim, found {dims}")
+    head_dim = dims[3]
+    heads = width // head_dim if dims[2] == -1 else dims[2]
+    if heads <= 0 or heads * head_dim != width:
+        raise cannot_map(reshape, f"heads x head_dim = {width} (the projection's width), found {dims}")
+    transpose = ix.sole_consumer(reshape.output[0], "Transpose", reshape, "Transpose to [b, heads, s, hd]")
+    if list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
+        raise cannot_map(transpose, "perm [0, 2, 1, 3]")
+    return heads, head_dim, transpose.output[0]
+
+
+def cache_concat(ix, tensor):
+    """The Concat(past input, tensor) along the sequence axis whose output is a graph output."""
+    for concat in ix.consumers(tensor, "Concat"):
+        past = concat.input[0]
+        if list(concat.input) == [past, tensor] and past in ix.input_names \
+                and concat.output[0] in ix.output_names and node_attr(concat, "axis") in (2, -2):
+            return concat
+    return None
+
+
+def _classify_projection(ix, matmul):
+    heads, head_dim, split = split_heads(ix, matmul.output[0], linear_weight(ix, matmul).shape[1], matmul)
+    rope = match_rope(ix, split, head_dim)
+    end = rope.output if rope else split
+    cache = cache_concat(ix, end)
+    if cache is not None:
+        role, end = ("key" if rope else "value"), cache.output[0]
+    elif rope is not None:
+        role = "query"
+    else:
+        raise cannot_map(matmul, "a query (RoPE -> Q K^T), key (RoPE -> cache Concat) or value "
+                                 "(cache Concat) projection")
+    return role, _Projection(matmul, heads, head_dim, rope, end)
+
+
+def _check_head_shapes(q, k, v):
+    if k.n_heads != v.n_heads or q.n_heads % k.n_heads:
+        raise cannot_map(k.matmul, f"n_kv_heads dividing n_heads and equal for K and V "
+                                   f"(Q {q.n_heads}, K {k.n_heads}, V {v.n_heads})")
+    if not q.head_dim == k.head_dim == v.head_dim or q.head_dim % 2:
+        raise cannot_map(q.matmul, f"one even head_dim for Q, K and V "
+                                   f"(found {q.head_dim}, {k.head_dim}, {v.head_dim})")
+
+
+def _scale_of(ix, node, tensor):
+    """The constant factor node applies to tensor when node is Mul(tensor, c) or Div(tensor, c)."""
+    if node.op_type == "Mul":
+        return ix.scalar(ix.other_input(node, tensor))
+    if node.op_type == "Div" and node.input[0] == tensor:
+        c = ix.scalar(node.input[1])
+        return None if not c else 1.0 / c
+    return None
+
+
+def _sole_matmul_reading(ix, tensor, after, expected):
+    matmuls = [m for m in ix.consumers(tensor, "MatMul") if m.input[0] == tensor]
+    if len(matmuls) != 1:
+        raise cannot_map(after, expected)
+    return matmuls[0]
+
+
+def _match_scores(ix, query, key_end, head_dim, blame):
+    """Checks Q K^T, its scaling and the Softmax; returns the attention probabilities tensor.
+
+    The scale may sit after the MatMul (HF eager) or be split over Q and K (torch's export of
+    scaled_dot_product_attention); kvx applies 1/sqrt(head_dim) once, so only the product matters."""
+    scale, tensor = 1.0, query
+    while len(ix.consumers(tensor)) == 1 and _scale_of(ix, ix.consumers(tensor)[0], tensor) is not None:
+        node = ix.consumers(tensor)[0]
+        scale, tensor = scale * _scale_of(ix, node, tensor), node.output[0]
+    scores = _sole_matmul_reading(ix, tensor, blame, "the query times K^T")
+
+    key, transposed = scores.input[1], False
+    while ix.producer(key) is not None and ix.producer(key).op_type not in REPEAT_KV_OPS:
+        node = ix.producer(key)
+        swaps_last_axes = node.op_type == "Transpose" and list(node_attr(node, "perm", [])) == [0, 1, 3, 2]
+        if swaps_last_axes and not transposed:
+            transposed, key = True, node.input[0]
+        elif node.op_type in ("Mul", "Div") and _scale_of(ix, node, node.input[0]) is not None:
+            scale, key = scale * _scale_of(ix, node, node.input[0]), node.input[0]
+        else:
+            break
+    if not transposed or ix.trace_back(key, REPEAT_KV_OPS) != key_end:
+        raise cannot_map(scores, f"the query times the transposed cached keys '{key_end}'")
+
+    tensor = scores.output[0]
+    while True:
+        consumers = ix.consumers(tensor)
+        node = consumers[0] if len(consumers) == 1 else None
+        if node is None:
+            raise cannot_map(ix.producer(tensor), "one consumer on the path from Q K^T to Softmax")
+        if node.op_type == "Softmax":
+            break
+        factor = _scale_of(ix, node, tensor)
+        if factor is not None:
+            scale *= factor
+        elif node.op_type != "Add":  # the attention mask; kvx builds its own causal mask
+            raise cannot_map(node, "scaling, the mask Add and Softmax after Q K^T")
+        tensor = node.output[0]
+    if node_attr(node, "axis", -1) not in (-1, 3):
+        raise cannot_map(node, "Softmax over the key axis")
+    expected = 1.0 / np.sqrt(head_dim)
+    if not np.isclose(scale, expected, rtol=1e-5):
+        raise ConvertError(f"cannot map node '{scores.name}' (op MatMul): expected attention scores "
+                           f"scaled by 1/sqrt(head_dim) = {expected:.6g}, found {scale:.6g}")
+    return node.output[0]
+
+
+def _match_merge_heads(ix, pv):
+    """[b, heads, s, hd] -> Transpose -> Reshape [b, s, heads*hd] -> o_proj MatMul; returns o_proj."""
+    transpose = ix.sole_consumer(pv.output[0], "Transpose", pv, "Transpose back to [b, s, heads, hd]")
+    if list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
+        raise cannot_map(transpose, "perm [0, 2, 1, 3]")
+    reshape = ix.sole_consumer(transpose.output[0], "Reshape", transpose, "Reshape to [b, s, heads * hd]")
+    return sole_linear_consumer(ix, reshape.output[0], reshape, "o_proj")

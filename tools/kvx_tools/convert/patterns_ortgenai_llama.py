@@ -1,0 +1,199 @@
+"""The fused operators of ONNX Runtime GenAI's model builder for Llama graphs:
+
+  SimplifiedLayerNormalization(x, weight)             RMSNorm (ONNX Runtime registers it in the default domain)
+  SkipSimplifiedLayerNormalization(x, skip, weight)   residual add + RMSNorm: output 0 the normed sum, output 3
+                                                      the sum itself (the residual stream)
+  RotaryEmbedding(x, position_ids, cos_cache, sin_cache)   RoPE from precomputed tables [max_pos, head_dim/2]
+  MultiHeadAttention(q, k, v, ..., attention_bias, past_key, past_value) -> (out, present_key, present_value)
+
+all but the first in the com.microsoft domain. Q, K and V stay [batch, seq, heads * head_dim]; the KV cache
+is [batch, kv_heads, seq, head_dim]. As in the torch graphs, the three projections are told apart by where
+they go (RotaryEmbedding then the query or key slot of MultiHeadAttention, or straight into its value slot),
+never by name. kvx builds its own causal mask, so the attention_bias input (the builder's causal and padding
+mask) is required but not read.
+"""
+
+from dataclasses import dataclass
+import numpy as np
+
+from .convert_errors import ConvertError, cannot_map
+from .graph_index import node_attr
+from .patterns_attention import Attention
+from .patterns_linear import linear_consumers, linear_weight, sole_linear_consumer
+from .patterns_norm import RmsNorm
+from .patterns_ortgenai_gpt2 import MS_DOMAIN
+from .rope_caches import TOLERANCE, inv_freq_from_caches
+
+# (domain, op type) of every operator this module maps; op_support.py lets them through.
+ORTGENAI_LLAMA_OPS = frozenset({
+    ("", "SimplifiedLayerNormalization"),
+    (MS_DOMAIN, "SkipSimplifiedLayerNormalization"),
+    (MS_DOMAIN, "RotaryEmbedding"),
+    (MS_DOMAIN, "MultiHeadAttention"),
+})
+# MultiHeadAttention's inputs and outputs by position (ONNX Runtime's contrib operator schema).
+(MHA_QUERY, MHA_KEY, MHA_VALUE, MHA_BIAS, MHA_KEY_PADDING_MASK, MHA_ATTENTION_BIAS, MHA_PAST_KEY,
+ MHA_PAST_VALUE) = range(8)
+
+
+def _input(node, k):
+    """node's input k, or '' when it has fewer inputs or leaves that one out."""
+    return node.input[k] if len(node.input) > k else ""
+
+
+def _norm_eps(node):
+    eps = node_attr(node, "epsilon", 1e-5)
+    if not eps >= 0:
+        raise cannot_map(node, "a non-negative epsilon")
+    return float(eps)
+
+
+def _norm_weight(ix, node, k):
+    weight = ix.constant(_input(node, k))
+    if weight is None or weight.ndim != 1:
+        raise cannot_map(node, "a constant RMSNorm weight [dim]")
+    return weight
+
+
+def match_simplified_norm(ix, x, after):
+    """The SimplifiedLayerNormalization (RMSNorm over the last axis) reading x."""
+    node = ix.sole_consumer(x, "SimplifiedLayerNormalization", after,
+                            f"one SimplifiedLayerNormalization (RMSNorm) reading '{x}'")
+    if node.input[0] != x or node_attr(node, "axis", -1) not in (-1, 2):
+        raise cannot_map(node, f"the normalization of '{x}' over the last axis")
+    return RmsNorm(weight=_norm_weight(ix, node, 1), eps=_norm_eps(node), output=node.output[0])
+
+
+def match_skip_norm(ix, residual, branch, after):
+    """The SkipSimplifiedLayerNormalization adding branch to the residual stream and normalizing the sum.
+    Returns (the RmsNorm, the sum as the new residual stream or None when the graph does not use it)."""
+    nodes = [n for n in ix.consumers(branch, "SkipSimplifiedLayerNormalization")
+             if {n.input[0], n.input[1]} == {residual, branch}]
+    if len(nodes) != 1:
+        raise cannot_map(after, f"its output '{branch}' added to the residual stream '{residual}' by one "
+                                "SkipSimplifiedLayerNormalization")
+    node = nodes[0]
+    if _input(node, 3):
+        raise cannot_map(node, "a SkipSimplifiedLayerNormalization without bias (kvx's RMSNorm has none)")
+    total = node.output[3] if len(node.output) > 3 and node.output[3] else None
+    return RmsNorm(weight=_norm_weight(ix, node, 2), eps=_norm_eps(node), output=node.output[0]), total
+
+
+@dataclass
+class _Rotary:
+    node: object
+    head_dim: int
+    interleaved: bool
+    inv_freq: np.ndarray  # [head_dim / 2] fp32
+    max_position: int  # rows of the tables: the longest context the graph can run
+
+
+def _match_rotary(ix, projection):
+    """The RotaryEmbedding reading a projection's output, or None when none does (the value)."""
+    nodes = [n for n in ix.consumers(projection.output[0], "RotaryEmbedding") if n.input[0] == projection.output[0]]
+    if not nodes:
+        return None
+    node = nodes[0]
+    if len(nodes) != 1 or node.domain != MS_DOMAIN:
+        raise cannot_map(projection, "one com.microsoft RotaryEmbedding of the projection")
+    if _input(node, 1) not in ix.input_names:
+        raise cannot_map(node, "position ids read straight from a graph input (kvx computes positions)")
+    cos, sin = ix.constant(_input(node, 2)), ix.constant(_input(node, 3))
+    if cos is None or sin is None or cos.ndim != 2 or cos.shape != sin.shape or cos.shape[0] < 1:
+        raise cannot_map(node, "constant cos_cache and sin_cache of one shape [max_position, head_dim / 2]")
+    head_dim = 2 * cos.shape[1]
+    rotary_dim = node_attr(node, "rotary_embedding_dim", 0)
+    if rotary_dim not in (0, head_dim) or node_attr(node, "is_packed_batching", 0) \
+            or node_attr(node, "scale", 1.0) != 1.0:
+        raise cannot_map(node, f"RoPE over the whole head (rotary_embedding_dim 0 or {head_dim}), unscaled "
+                               "positions and no packed batching")
+    inv_freq, error = inv_freq_from_caches(cos, sin)
+    if not error <= TOLERANCE:
+        raise ConvertError(f"cannot map node '{node.name}' (op RotaryEmbedding): its cos_cache/sin_cache "
+                           f"are not cos/sin(position * inv_freq) with one frequency per column (off by "
+                           f"{error:.3g}, more than fp16 rounding {TOLERANCE:.3g}); kvx supports plain RoPE")
+    return _Rotary(node, head_dim, bool(node_attr(node, "interleaved", 0)), inv_freq, cos.shape[0])
+
+
+def _attention_node(ix, tensor, slot, after, what):
+    nodes = [n for n in ix.consumers(tensor, "MultiHeadAttention") if _input(n, slot) == tensor]
+    if len(nodes) != 1 or nodes[0].domain != MS_DOMAIN:
+        raise cannot_map(after, f"{what} going into one com.microsoft MultiHeadAttention")
+    return nodes[0]
+
+
+def _check_cache_io(ix, mha, n_kv_heads, head_dim):
+    """past_key/past_value are graph inputs and present_key/present_value graph outputs, shaped
+    [batch, kv_heads, seq, head_dim] wherever the graph declares those two dims."""
+    pasts = [_input(mha, MHA_PAST_KEY), _input(mha, MHA_PAST_VALUE)]
+    presents = list(mha.output[1:3])
+    if not all(p in ix.input_names for p in pasts) or len(presents) != 2 \
+            or not all(p in ix.output_names for p in presents):
+        raise cannot_map(mha, "past key/value graph inputs and present key/value graph outputs (the KV cache)")
+    declared = {v.name: v for v in list(ix.graph.input) + list(ix.graph.output)}
+    for name in pasts + presents:
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in declared[name].type.tensor_type.shape.dim]
+        if len(dims) != 4 or dims[1] not in (None, n_kv_heads) or dims[3] not in (None, head_dim):
+            raise cannot_map(mha, f"a KV cache [batch, {n_kv_heads} kv heads, seq, {head_dim}], "
+                                  f"found '{name}' declared {dims}")
+
+
+def match_fused_attention(ix, normed, after):
+    """The attention block reading normed [b, s, dim]: (Attention, the RoPE tables' rows). The
+    Attention's output is the o_proj MatMul's (the residual add is the next SkipSimplifiedLayerNormalization's)."""
+    linears = linear_consumers(ix, normed)
+    if len(linears) != 3:
+        raise cannot_map(after, f"three MatMuls (q, k, v projections) reading '{normed}', found {len(linears)}")
+    rotaries = {id(m): _match_rotary(ix, m) for m in linears}
+    rotated = [m for m in linears if rotaries[id(m)] is not None]
+    values = [m for m in linears if rotaries[id(m)] is None]
+    if len(rotated) != 2 or len(values) != 1:
+        raise cannot_map(linears[0], "RotaryEmbedding on exactly two of the q, k, v projections")
+    v = values[0]
+    mha = _attention_node(ix, v.output[0], MHA_VALUE, v, "the value projection")
+    q = next((m for m in rotated if _input(mha, MHA_QUERY) == rotaries[id(m)].node.output[0]), None)
+    k = next((m for m in rotated if _input(mha, MHA_KEY) == rotaries[id(m)].node.output[0]), None)
+    if q is None or k is None:
+        raise cannot_map(mha, "the rotated query and key projections as its query and key")
+    q_rope, k_rope = rotaries[id(q)], rotaries[id(k)]
+    if q_rope.head_dim != k_rope.head_dim or q_rope.interleaved != k_rope.interleaved \
+            or not np.array_equal(q_rope.inv_freq, k_rope.inv_freq):
+        raise cannot_map(k_rope.node, "the same RoPE tables and pairing for Q and K")
+
+    wq, wk, wv = (linear_weight(ix, m) for m in (q, k, v))
+    n_heads, head_dim = node_attr(mha, "num_heads", 0), q_rope.head_dim
+    n_kv_heads = wk.shape[1] // head_dim
+    if n_heads <= 0 or wq.shape[1] != n_heads * head_dim or n_kv_heads == 0 or wk.shape[1] % head_dim \
+            or wk.shape[1] != wv.shape[1] or n_heads % n_kv_heads:
+        raise cannot_map(mha, f"num_heads x head_dim {head_dim} = the query width {wq.shape[1]}, and K and V "
+                              f"as wide as a divisor of the heads (found num_heads {n_heads}, K {wk.shape[1]}, "
+                              f"V {wv.shape[1]})")
+    _check_attention_inputs(ix, mha, head_dim)
+    _check_cache_io(ix, mha, n_kv_heads, head_dim)
+    o_proj = sole_linear_consumer(ix, mha.output[0], mha, "o_proj")
+    if q_rope.interleaved:  # pairs (2j, 2j + 1): reorder Q and K so that kvx's rotate-half pairs the same
+        wq, wk = _interleaved_to_rotate_half(wq, n_heads), _interleaved_to_rotate_half(wk, n_kv_heads)
+    attention = Attention(wq=wq, wk=wk, wv=wv, wo=linear_weight(ix, o_proj), n_heads=n_heads,
+                          n_kv_heads=n_kv_heads, head_dim=head_dim, inv_freq=q_rope.inv_freq, output=o_proj.output[0])
+    return attention, min(q_rope.max_position, k_rope.max_position)
+
+
+def _check_attention_inputs(ix, mha, head_dim):
+    if _input(mha, MHA_BIAS):
+        raise cannot_map(mha, "no bias input (kvx's llama projections have none)")
+    if not _input(mha, MHA_ATTENTION_BIAS) and not node_attr(mha, "unidirectional", 0):
+        raise cannot_map(mha, "causal attention: an attention_bias mask or unidirectional=1")
+    scale = node_attr(mha, "scale", 0.0) or 1.0 / np.sqrt(head_dim)  # 0 (or none) means 1/sqrt(head_dim)
+    if not np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5):
+        raise ConvertError(f"cannot map node '{mha.name}' (op MultiHeadAttention): expected attention scores "
+                           f"scaled by 1/sqrt(head_dim) = {1.0 / np.sqrt(head_dim):.6g}, found {scale:.6g}")
+
+
+def _interleaved_to_rotate_half(w, n_heads):
+    """w [in, n_heads * head_dim] (ONNX MatMul layout) with each head's output columns reordered from
+    neighbour pairs (2j, 2j + 1) to rotate-half pairs (j, j + head_dim/2): column 2j goes to j and 2j + 1
+    to j + head_dim/2, as the llama2.c exporter does to its checkpoints' rows."""
+    rows, cols = w.shape
+    head_dim = cols // n_heads
+    return np.ascontiguousarray(w.reshape(rows, n_heads, head_dim // 2, 2).transpose(0, 1, 3, 2).reshape(rows, cols))
+

@@ -1,0 +1,63 @@
+"""A Hugging Face tokenizer.json rebuilt from a GGUF file's tokenizer metadata, and its chat template.
+
+GGUF stores a byte-level BPE tokenizer (tokenizer.ggml.model "gpt2") as its vocabulary
+(tokenizer.ggml.tokens, id order), its merges ("left right", priority order) and a type per token
+(tokenizer.ggml.token_type: 1 normal, 3 control). What GGUF names only by a label is the pre-tokenizer
+(tokenizer.ggml.pre), so the ones kvx knows are spelled out here; any other label is refused rather than
+guessed, since a wrong pre-tokenizer splits text differently without any error.
+"""
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+from .gguf_checkpoint import GgufError, metadata_value
+
+TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_CONTROL = 3
+
+
+def _smollm_pre_tokenizer():
+    """SmolLM/SmolLM2's: every digit on its own, then GPT-2's byte-level split (regex, no prefix space)."""
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+    ])
+
+
+PRE_TOKENIZERS = {"smollm": _smollm_pre_tokenizer}
+
+
+def gguf_tokenizer(reader):
+    """The tokenizers.Tokenizer the GGUF metadata describes: BPE over byte-level pieces, no normalizer,
+    control tokens as special added tokens, nothing added around an encoding (no BOS)."""
+    kind = metadata_value(reader, "tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise GgufError(f"GGUF tokenizer model '{kind}' is not supported (byte-level BPE 'gpt2' only)")
+    pre = metadata_value(reader, "tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise GgufError(f"GGUF pre-tokenizer '{pre}' is not supported (known: {', '.join(PRE_TOKENIZERS)})")
+    tokens = metadata_value(reader, "tokenizer.ggml.tokens")
+    types = metadata_value(reader, "tokenizer.ggml.token_type")
+    merges = metadata_value(reader, "tokenizer.ggml.merges")
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if len(vocab) != len(tokens) or len(types) != len(tokens):
+        raise GgufError(f"GGUF vocabulary of {len(tokens)} tokens has duplicates or {len(types)} token types")
+    unknown_types = sorted(set(types) - {TOKEN_TYPE_NORMAL, TOKEN_TYPE_CONTROL})
+    if unknown_types:
+        raise GgufError(f"GGUF token types {unknown_types} are not supported (normal and control only)")
+    pairs = [tuple(merge.split(" ")) for merge in merges]
+    if any(len(pair) != 2 for pair in pairs):
+        raise GgufError("a GGUF merge is not two pieces separated by one space")
+
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)  # offsets only; adds no token
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token, kind in zip(tokens, types) if kind == TOKEN_TYPE_CONTROL])
+    return tokenizer
+
+
+def gguf_chat_template(reader):
+    """The Jinja chat template text, or None when the file has none."""
+    field = reader.fields.get("tokenizer.chat_template")
+    return None if field is None else field.contents()
