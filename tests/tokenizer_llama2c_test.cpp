@@ -12,7 +12,7 @@ using namespace kvx;
 
 namespace {
 
-const std::string tok512 = std::string(KVX_SOURCE_DIR) + "/models/stories260K/tok512.bin";
+const std::string tok512 = std::string(KVX_SOURCE_DIR) + "/testdata/models/stories260K/tok512.bin";
 
 std::string decode_all(const Llama2cTokenizer& tok, const std::vector<int32_t>& ids) {
     std::string text;

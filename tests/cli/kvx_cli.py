@@ -5,7 +5,7 @@ import subprocess
 KVX = os.environ["KVX_BIN"]
 SOURCE_DIR = os.environ["KVX_SOURCE_DIR"]
 FIXTURES = os.environ.get("KVX_FIXTURES", "")
-SHARED_DIR = os.environ.get("KVX_SHARED_DIR", SOURCE_DIR)  # models/ of the repository by default
+SHARED_DIR = os.environ.get("KVX_SHARED_DIR", os.path.join(SOURCE_DIR, "testdata"))  # the repository's testdata/ by default
 
 
 def run(*args, timeout=300):

@@ -15,7 +15,7 @@ from kvx_tools.fixtures.ort_reference import greedy_tokens
 from kvx_cli import FIXTURES, SHARED_DIR, SOURCE_DIR, run
 
 GOLDEN = os.path.join(SHARED_DIR, "models", "stories260K", "golden_greedy_n256_runc.txt")
-TOKENIZER = os.path.join(SOURCE_DIR, "models", "stories260K", "tok512.bin")
+TOKENIZER = os.path.join(SOURCE_DIR, "testdata", "models", "stories260K", "tok512.bin")
 BOS, EOS = 1, 2
 
 

@@ -8,7 +8,7 @@ import unittest
 
 from kvx_cli import SOURCE_DIR, run
 
-TOKENIZER = os.path.join(SOURCE_DIR, "models", "stories260K", "tok512.bin")
+TOKENIZER = os.path.join(SOURCE_DIR, "testdata", "models", "stories260K", "tok512.bin")
 
 
 def load_vocab(path):

@@ -12,9 +12,9 @@ import onnx
 from kvx_tools.fixtures.ort_reference import open_session, reference_logits
 
 REPO = Path(os.environ.get("KVX_SOURCE_DIR") or Path(__file__).resolve().parents[2])
-STORIES_CHECKPOINT = REPO / "models" / "stories260K" / "stories260K.bin"
-STORIES_TOKENIZER = REPO / "models" / "stories260K" / "tok512.bin"
-SHARED = Path(os.environ.get("KVX_SHARED_DIR") or REPO)  # models/ of the repository by default
+STORIES_CHECKPOINT = REPO / "testdata" / "models" / "stories260K" / "stories260K.bin"
+STORIES_TOKENIZER = REPO / "testdata" / "models" / "stories260K" / "tok512.bin"
+SHARED = Path(os.environ.get("KVX_SHARED_DIR") or REPO / "testdata")  # the repository's testdata/ by default
 GPT2_ENCODER = SHARED / "models" / "gpt2-tokenizer" / "encoder.json"
 GPT2_MERGES = SHARED / "models" / "gpt2-tokenizer" / "vocab.bpe"
 ORTGENAI_GPT2_TOKENIZER = SHARED / "models" / "ortgenai-tiny-random-gpt2-fp32" / "tokenizer.json"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The converter on GPT-2 graphs: torch's standard-operator export (the fixture recipes) and ONNX Runtime
-GenAI's fused operators (models/ortgenai-tiny-random-gpt2-fp32/past.onnx). Weights land where the
+GenAI's fused operators (testdata/models/ortgenai-tiny-random-gpt2-fp32/past.onnx). Weights land where the
 exporter put them, hyperparameters are read from the graph, and numpy's GPT-2 over the converted
 directory computes ONNX Runtime's logits; graphs the mappers cannot follow are refused by name."""
 
@@ -19,7 +19,7 @@ from kvx_tools.fixtures.ort_reference import reference_logits
 from kvx_test_support import REPO, assert_one_line_failure, convert, run_ok
 import numpy_gpt2
 
-ORTGENAI_GPT2 = REPO / "models" / "ortgenai-tiny-random-gpt2-fp32" / "past.onnx"
+ORTGENAI_GPT2 = REPO / "testdata" / "models" / "ortgenai-tiny-random-gpt2-fp32" / "past.onnx"
 RECIPE_TO_CONFIG = {"dim": "dim", "hidden": "hidden_dim", "layers": "n_layers", "heads": "n_heads",
                     "head_dim": "head_dim", "vocab": "vocab_size", "max_seq_len": "max_seq_len"}
 

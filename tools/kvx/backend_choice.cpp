@@ -9,6 +9,7 @@
 #include "kernels/error.h"
 #include "kernels/kernels.h"
 #include "cpu/backend/cpu_backend.h"
+#include "data_dir.h"
 #ifdef KVX_WITH_CUDA
 #include "cuda/backend/cuda_backend.h"
 #endif
@@ -79,10 +80,11 @@ void add_run_options(CLI::App& command, RunOptions& o) {
 std::string resolve_model_dir(const std::string& requested) {
     if (!requested.empty()) return requested;
     if (const char* env = std::getenv("KVX_MODEL"); env && *env) return env;
-    if (!std::filesystem::exists(std::string(KVX_DEFAULT_MODEL_DIR) + "/config.json"))
-        throw Error("the built-in model is missing from '" KVX_DEFAULT_MODEL_DIR
+    const std::filesystem::path built_in = data_dir() / "models" / "stories260K";
+    if (!std::filesystem::exists(built_in / "config.json"))
+        throw Error("the built-in model is missing from '" + built_in.string() +
                     "' (it is built when Python with onnx is available, see README): pass -m MODEL_DIR");
-    return KVX_DEFAULT_MODEL_DIR;
+    return built_in.string();
 }
 
 LoadedModel load_model_for_run(const RunOptions& options) {

@@ -24,8 +24,8 @@ struct RunOptions {
 
 void add_run_options(CLI::App& command, RunOptions& options);
 
-// The model directory to use: the one asked for, else $KVX_MODEL, else the built-in model (a kvx::Error
-// when that was not built).
+// The model directory to use: the one asked for, else $KVX_MODEL, else the built-in model in kvx's data
+// folder (data_dir.h; a kvx::Error when that was not built).
 std::string resolve_model_dir(const std::string& requested);
 
 // A loaded model and an engine over it. The engine's backend points into the model, so they live together.

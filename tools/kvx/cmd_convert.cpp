@@ -1,10 +1,15 @@
-// kvx convert: ONNX file -> kvx model directory. The converter is a Python program (tools/kvx_tools/convert/),
-// as in llama.cpp and calm, since reading ONNX graphs is what the onnx package is for; this command runs it.
+// kvx convert: ONNX file -> kvx model directory. The converter is a Python program (the package kvx_tools,
+// tools/kvx_tools/convert/), as in llama.cpp and calm, since reading ONNX graphs is what the onnx package is
+// for; this command runs `$KVX_PYTHON -m kvx_tools.convert` (python3 by default), with the copy of the
+// package kvx ships in its data folder (data_dir.h) first on PYTHONPATH, else the Python's own installed one.
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "data_dir.h"
 #include "kernels/error.h"
 
 namespace kvx::cli {
@@ -25,14 +30,29 @@ std::string env_or(const char* name, const char* fallback) {
     return value && *value ? value : fallback;
 }
 
-// PYTHONPATH for the converter: the checkout's kvx_tools first, whatever copy is installed, then the caller's.
-std::string converter_pythonpath() {
-    const char* inherited = std::getenv("PYTHONPATH");
-    return inherited && *inherited ? std::string(KVX_TOOLS_PYTHONPATH) + ":" + inherited : KVX_TOOLS_PYTHONPATH;
+// The converter's environment: kvx's own, with <data>/python first on PYTHONPATH where kvx shipped its
+// package there, so that the converter is the one of this kvx whatever copy the Python has installed.
+std::vector<std::string> converter_environment() {
+    const std::filesystem::path shipped = data_dir() / "python";
+    std::string pythonpath = std::filesystem::exists(shipped / "kvx_tools") ? shipped.string() : "";
+    if (const char* inherited = std::getenv("PYTHONPATH"); inherited && *inherited)
+        pythonpath += (pythonpath.empty() ? "" : ":") + std::string(inherited);
+    std::vector<std::string> env;
+    for (char** entry = environ; *entry; ++entry)
+        if (std::strncmp(*entry, "PYTHONPATH=", 11) != 0) env.emplace_back(*entry);
+    if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
+    return env;
+}
+
+std::vector<char*> pointers_to(std::vector<std::string>& strings) {
+    std::vector<char*> pointers;
+    for (std::string& s : strings) pointers.push_back(s.data());
+    pointers.push_back(nullptr);
+    return pointers;
 }
 
 int run_convert(const ConvertOptions& o) {
-    const std::string python = env_or("KVX_PYTHON", KVX_PYTHON[0] ? KVX_PYTHON : "python3");
+    const std::string python = env_or("KVX_PYTHON", "python3");
     std::vector<std::string> args = {python, "-m", "kvx_tools.convert", o.onnx_path, "-o", o.output_dir};
     if (!o.tokenizer.empty()) args.insert(args.end(), {"--tokenizer", o.tokenizer});
     if (!o.merges.empty()) args.insert(args.end(), {"--merges", o.merges});
@@ -40,16 +60,14 @@ int run_convert(const ConvertOptions& o) {
     if (o.max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(o.max_seq_len)});
     if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
 
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // Built before fork: kvx may run OpenMP threads, and a forked child of a threaded process must not allocate.
-    const std::string pythonpath = converter_pythonpath();
+    // Everything the child needs is built before fork: kvx may run OpenMP threads, and the child of a threaded
+    // process must not allocate before exec.
+    std::vector<std::string> env = converter_environment();
+    const std::vector<char*> argv = pointers_to(args), envp = pointers_to(env);
     const pid_t pid = fork();
     if (pid < 0) throw Error("cannot start the converter");
     if (pid == 0) {
-        setenv("PYTHONPATH", pythonpath.c_str(), 1);  // the child's environment only; kvx's own is untouched
-        execvp(argv[0], argv.data());
+        execvpe(argv[0], argv.data(), envp.data());
         std::fprintf(stderr, "kvx convert: cannot run '%s' (set KVX_PYTHON to a Python with onnx installed)\n", argv[0]);
         _exit(127);
     }

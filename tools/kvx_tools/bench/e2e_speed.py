@@ -7,7 +7,7 @@ Workloads, all greedy from the same prompt ids (bench/prompts/):
   SmolLM2-135M, f32 and f16 weights: a 128-token prompt then 256 new tokens (prefill and decode speed),
       and a 512-token prompt then 1 token (prefill speed); kvx, llama.cpp (F32 / F16 GGUF written by
       write_gguf.py from the same Q4_1 file) and ONNX Runtime GenAI (the fp32 ONNX; it has no f16 here);
-  stories260K: 256 tokens from BOS (kvx and run.c, the golden text of models/stories260K), and kvx's
+  stories260K: 256 tokens from BOS (kvx and run.c, the golden text of testdata/models/stories260K), and kvx's
       prefill of a 128-token prompt;
   a context sweep: kvx's decode speed (64 new tokens) after prompts of 16 .. 2048 tokens, f32 and f16.
 Each round runs every case once, engines of the same case one after another, so that all see the same
@@ -65,9 +65,11 @@ def smollm2_paths(args):
             subprocess.run([sys.executable, "-m", "kvx_tools.bench.write_gguf", str(source),
                             "--dtype", precision, "-o", str(gguf)], check=True)
     if not (paths["f16"]["kvx"] / "config.json").exists():
+        # kvx convert runs $KVX_PYTHON: this Python, which has the converter's packages.
         subprocess.run([str(args.kvx), "convert", str(paths["onnx"]), "-o", str(paths["f16"]["kvx"]), "--dtype",
                         "f16", "--tokenizer", str(fixture / "tokenizer.json"), "--chat-template",
-                        str(fixture / "chat_template.jinja")], check=True, capture_output=True)
+                        str(fixture / "chat_template.jinja")], check=True, capture_output=True,
+                       env={**os.environ, "KVX_PYTHON": sys.executable})
     return paths
 
 
@@ -91,8 +93,8 @@ def make_cases(args, n_new, sweep_prompts):
     for threads in args.threads:
         engines = [Kvx(args.kvx, "f32", threads, stories_dir)]
         if args.runc:
-            engines.append(RunC(args.runc, threads, str(REPO / "models" / "stories260K" / "stories260K.bin"),
-                                str(REPO / "models" / "stories260K" / "tok512.bin")))
+            engines.append(RunC(args.runc, threads, str(REPO / "testdata" / "models" / "stories260K" / "stories260K.bin"),
+                                str(REPO / "testdata" / "models" / "stories260K" / "tok512.bin")))
         cases += [Case("stories260K", e, [], "", 256, stories_dir) for e in engines]
         cases.append(Case("stories260K", engines[0], stories_prompt, "stories260K", 1, stories_dir))
     sweep = []
@@ -203,7 +205,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kvx", type=Path, default=REPO / "build" / "bin" / "kvx")
     parser.add_argument("--read-bandwidth", type=Path, default=REPO / "build" / "bin" / "kvx_read_bandwidth")
-    parser.add_argument("--stories", type=Path, default=REPO / "build" / "models" / "stories260K",
+    parser.add_argument("--stories", type=Path, default=REPO / "build" / "share" / "kvx" / "models" / "stories260K",
                         help="kvx model directory of stories260K (the build writes it)")
     parser.add_argument("--runc", type=Path, help="llama2.c run.c binary (gcc -O3 -march=native -fopenmp)")
     parser.add_argument("--runs", type=int, default=5, help="measured rounds after the warm-up")

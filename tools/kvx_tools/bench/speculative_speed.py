@@ -28,7 +28,7 @@ SPECULATIVE = re.compile(r"drafted (\d+) tokens, accepted (\d+) \(([0-9.]+)%\), 
 # A passage repeated, then its first words again: a model that copies its context (as one asked to quote,
 # summarise or edit a text does) continues with the passage. stories260K's passage is the start of its own
 # greedy story (llama2.c's golden text), which it copies more readily than a foreign one.
-GOLDEN = os.path.join(REPO, "models", "stories260K", "golden_greedy_n256_runc.txt")
+GOLDEN = os.path.join(REPO, "testdata", "models", "stories260K", "golden_greedy_n256_runc.txt")
 PASSAGE = ("The old lighthouse stood at the edge of the cliff, its white paint peeling in the salt wind. Every "
            "night the keeper climbed the narrow stairs, lit the great lamp and watched the ships pass safely "
            "through the dark water below. ")
