@@ -10,7 +10,7 @@
 #include "engine/generation/beam_search.h"
 #include "engine/runtime/engine.h"
 #include "engine/generation/generator.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
 #include "engine/runtime/sampler.h"

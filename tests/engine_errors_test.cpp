@@ -9,7 +9,7 @@
 #include "kernels/error.h"
 #include "engine/generation/generator.h"
 #include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "fixtures.h"
 #include "cpu/backend/cpu_backend.h"
 

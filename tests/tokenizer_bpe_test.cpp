@@ -12,7 +12,7 @@
 #include "engine/tokenizer/byte_level.h"
 #include "kernels/error.h"
 #include "engine/model/model_config.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
 
 using namespace kvx;

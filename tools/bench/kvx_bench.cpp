@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "cpu/kernels/cpu_kernels.h"
-#include "tools/bench/bench_support.h"
-#include "tools/bench/machine_ceiling.h"
+#include "tools/bench/support/bench_support.h"
+#include "tools/bench/support/machine_ceiling.h"
 #if KVX_WITH_CUDA
 #include "tools/bench/cuda/cuda_benchmarks.h"
 #endif

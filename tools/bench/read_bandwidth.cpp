@@ -1,6 +1,6 @@
 // Memory read bandwidth of this machine: the ceiling of a bandwidth-bound decode step (bytes of weights and
 // KV read per token). Streams a buffer far larger than the caches with 1 .. N threads, each thread reading
-// its own contiguous share, and prints the median of repeated passes (tools/bench/stream_read.h; kvx-bench
+// its own contiguous share, and prints the median of repeated passes (tools/bench/support/stream_read.h; kvx-bench
 // measures its ceiling with the same read). Scripts parse the output lines; keep their format.
 //
 //   kvx_read_bandwidth [MiB, default 1024] [passes, default 11]
@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tools/bench/stream_read.h"
+#include "tools/bench/support/stream_read.h"
 
 int main(int argc, char** argv) {
     const size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1024;

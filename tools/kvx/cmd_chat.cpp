@@ -18,7 +18,7 @@
 #include "commands.h"
 #include "engine/generation/chat_session.h"
 #include "kernels/error.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "sampling_options.h"
 #include "speculative_options.h"
 

@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "kernels/error.h"
 #include "engine/generation/generator.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "sampling_options.h"
 #include "speculative_options.h"
 #include "text_file.h"

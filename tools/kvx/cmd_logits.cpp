@@ -8,7 +8,7 @@
 #include "kernels/error.h"
 #include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "token_list.h"
 
 namespace kvx::cli {

@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "kernels/error.h"
 #include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "text_file.h"
 
 namespace kvx::cli {

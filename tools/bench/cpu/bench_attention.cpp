@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "tools/bench/bench_support.h"
+#include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tools/bench/bench_support.h"
+#include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
 namespace {

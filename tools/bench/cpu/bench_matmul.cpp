@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tools/bench/bench_support.h"
+#include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "cuda/kernels/cuda_check.h"
 #include "tools/bench/cuda/event_timer.h"
-#include "tools/bench/bench_support.h"
+#include "tools/bench/support/bench_support.h"
 
 namespace kvx::cuda::bench {
 namespace {

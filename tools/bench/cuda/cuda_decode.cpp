@@ -25,7 +25,7 @@
 #include "engine/runtime/engine.h"
 #include "kernels/error.h"
 #include "tools/bench/cuda/cuda_decode_run.h"
-#include "tools/bench/random_llama.h"
+#include "tools/bench/support/random_llama.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/cache/kv_cache_manager.h"
-#include "tools/bench/bench_support.h"
+#include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
 namespace {

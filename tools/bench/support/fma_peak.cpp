@@ -1,4 +1,4 @@
-#include "tools/bench/fma_peak.h"
+#include "tools/bench/support/fma_peak.h"
 
 #include <omp.h>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cpu/kernels/cpu_kernels.h"
-#include "tools/bench/fma_peak.h"
+#include "tools/bench/support/fma_peak.h"
 
 namespace kvx::bench {
 

@@ -1,4 +1,4 @@
-#include "tools/bench/stream_read.h"
+#include "tools/bench/support/stream_read.h"
 
 #include <omp.h>
 #include <sys/mman.h>

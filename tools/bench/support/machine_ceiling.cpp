@@ -1,10 +1,10 @@
-#include "tools/bench/machine_ceiling.h"
+#include "tools/bench/support/machine_ceiling.h"
 
 #include <cstdio>
 #include <stdexcept>
 
-#include "tools/bench/fma_peak.h"
-#include "tools/bench/stream_read.h"
+#include "tools/bench/support/fma_peak.h"
+#include "tools/bench/support/stream_read.h"
 
 namespace kvx::bench {
 namespace {

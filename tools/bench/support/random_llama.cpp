@@ -1,4 +1,4 @@
-#include "tools/bench/random_llama.h"
+#include "tools/bench/support/random_llama.h"
 
 #include <algorithm>
 #include <cmath>

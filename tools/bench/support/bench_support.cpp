@@ -1,4 +1,4 @@
-#include "tools/bench/bench_support.h"
+#include "tools/bench/support/bench_support.h"
 
 #include <omp.h>
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cpu/kernels/cpu_kernels.h"
-#include "tools/bench/machine_ceiling.h"
+#include "tools/bench/support/machine_ceiling.h"
 
 namespace kvx::bench {
 

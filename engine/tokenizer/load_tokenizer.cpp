@@ -1,8 +1,8 @@
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/load_tokenizer.h"
 
-#include "kernels/error.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
 #include "engine/tokenizer/tokenizer_llama2c.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

@@ -1,0 +1,88 @@
+"""tools/include_graph.py on small trees made for each rule, so that the check ctest runs on the repository
+(include_graph) is known to catch what it claims: upward and sideways includes, cycles between components
+and between folders, includes of missing files or of tests, and folders outside the layers."""
+import importlib.util
+import os
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.environ["KVX_SOURCE_DIR"], "tools", "include_graph.py")
+spec = importlib.util.spec_from_file_location("include_graph", SCRIPT)
+include_graph = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(include_graph)
+
+
+class IncludeGraphTest(unittest.TestCase):
+    def problems(self, files):
+        """include_graph's problems for a tree of {path: text}."""
+        with tempfile.TemporaryDirectory() as root:
+            for path, text in files.items():
+                os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
+                with open(os.path.join(root, path), "w", encoding="utf-8") as f:
+                    f.write(text)
+            return include_graph.analyse(root)
+
+    def test_includes_down_the_layers_pass_and_are_counted(self):
+        edges, problems = self.problems({
+            "kernels/kernels.h": "#pragma once\n",
+            "engine/cache/pool.h": '#include "kernels/kernels.h"\n',
+            "engine/cache/pool.cpp": '#include "engine/cache/pool.h"\n#include "kernels/kernels.h"\n',
+            "engine/runtime/engine.h": '#include "engine/cache/pool.h"\n',
+            "tools/kvx/main.cpp": '#include "local.h"\n#include "engine/runtime/engine.h"\n',
+            "tools/kvx/local.h": '#include <vector>\n',
+        })
+        self.assertEqual(problems, [])
+        self.assertEqual(edges, {("engine/cache", "kernels"): 2, ("engine/runtime", "engine/cache"): 1,
+                                 ("tools/kvx", "engine/runtime"): 1})
+
+    def test_an_include_up_or_sideways_is_named_with_its_file_and_line(self):
+        _, problems = self.problems({
+            "kernels/kernels.h": '#pragma once\n#include "engine/cache/pool.h"\n',
+            "engine/cache/pool.h": "#pragma once\n",
+            "engine/runtime/engine.h": "#pragma once\n",
+            "engine/tokenizer/tokenizer.h": '#include "engine/runtime/engine.h"\n',
+        })
+        self.assertIn('kernels/kernels.h:2: #include "engine/cache/pool.h": upward edge kernels -> engine/cache '
+                      "(layer 0 -> layer 1)", problems)
+        self.assertIn('engine/tokenizer/tokenizer.h:1: #include "engine/runtime/engine.h": sideways edge '
+                      "engine/tokenizer -> engine/runtime (layer 3 -> layer 3)", problems)
+
+    def test_a_cycle_between_components_of_one_folder(self):
+        _, problems = self.problems({
+            "engine/generation/generator.h": "#pragma once\n",
+            "engine/generation/generator.cpp": '#include "engine/generation/speculative.h"\n',
+            "engine/generation/speculative.h": '#include "engine/generation/generator.h"\n',
+        })
+        self.assertEqual(problems, ["include cycle between components: engine/generation/generator <-> "
+                                    "engine/generation/speculative"])
+
+    def test_a_cycle_between_folders(self):
+        _, problems = self.problems({
+            "tools/bench/main.cpp": '#include "tools/bench/cuda/b.h"\n',
+            "tools/bench/cuda/b.h": '#include "tools/bench/main.h"\n',
+            "tools/bench/main.h": "#pragma once\n",
+        })
+        self.assertIn("include cycle between folders: tools/bench <-> tools/bench/cuda", problems)
+
+    def test_tests_include_anything_and_nothing_else_includes_a_test(self):
+        _, problems = self.problems({
+            "engine/runtime/sampler.h": "#pragma once\n",
+            "cuda/kernels/sampling_test.cpp": '#include "engine/runtime/sampler.h"\n#include "cuda/kernels/test_support.h"\n',
+            "cuda/kernels/test_support.h": "#pragma once\n",
+            "cuda/kernels/launch.h": '#include "cuda/kernels/test_support.h"\n',
+        })
+        self.assertEqual(problems, ['cuda/kernels/launch.h:1: #include "cuda/kernels/test_support.h": '
+                                    "cuda/kernels includes a test file"])
+
+    def test_a_missing_file_and_a_folder_outside_the_layers(self):
+        _, problems = self.problems({
+            "engine/cache/pool.h": '#include "engine/cache/gone.h"\n',
+            "plugins/extra.cpp": "int x;\n",
+        })
+        self.assertIn('engine/cache/pool.h:1: #include "engine/cache/gone.h" names no file (beside it or from the '
+                      "root)", problems)
+        self.assertIn("folder plugins is in no layer of tools/include_graph.py's LAYERS", problems)
+
+
+if __name__ == "__main__":
+    unittest.main()
