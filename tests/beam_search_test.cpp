@@ -13,12 +13,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
 #include "engine/generation/beam_search.h"
-#include "kernels/error.h"
 #include "engine/runtime/sampler.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 using namespace kvx::test;

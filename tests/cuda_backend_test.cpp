@@ -5,17 +5,17 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
 #include "cuda/backend/cuda_backend.h"
 #include "engine/generation/beam_search.h"
-#include "engine/runtime/engine.h"
 #include "engine/generation/generator.h"
-#include "engine/tokenizer/load_tokenizer.h"
-#include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
+#include "engine/model/npy.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
+#include "engine/tokenizer/load_tokenizer.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;

@@ -2,11 +2,11 @@
 // Runtime gives for the same tokens, as if the sequence had been computed from scratch.
 #include <catch2/catch.hpp>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
-#include "kernels/error.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 using namespace kvx::test;

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <random>
 
-#include "kernels/error.h"
+#include "cpu/backend/cpu_backend.h"
 #include "engine/generation/generator.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 using namespace kvx::test;

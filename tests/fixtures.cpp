@@ -9,10 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cpu/kernels/cpu_kernels.h"
-#include "engine/model/npy.h"
-#include "engine/generation/position_logits.h"
 #include "cpu/backend/cpu_backend.h"
+#include "cpu/kernels/cpu_kernels.h"
+#include "engine/generation/position_logits.h"
+#include "engine/model/npy.h"
 
 namespace kvx::test {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/engine.h"
 #include "engine/model/model.h"
+#include "engine/runtime/engine.h"
 #include "kernels/kernels.h"
 
 namespace kvx::test {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
 #include "engine/cache/kv_cache_groups.h"
+#include "kernels/error.h"
 #include "kv_cache_support.h"
 
 using namespace kvx;

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "kernels/error.h"
 #include "engine/cache/kv_cache_manager.h"
+#include "kernels/error.h"
 #include "kv_cache_support.h"
 
 using namespace kvx;

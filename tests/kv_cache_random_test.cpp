@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/error.h"
 #include "engine/cache/kv_cache_manager.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 

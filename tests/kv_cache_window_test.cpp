@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/error.h"
 #include "engine/cache/kv_cache_manager.h"
+#include "kernels/error.h"
 #include "kv_cache_support.h"
 
 using namespace kvx;

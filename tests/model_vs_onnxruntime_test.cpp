@@ -2,10 +2,10 @@
 // against full recompute, every block size against block size 16, batched against alone.
 #include <catch2/catch.hpp>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
 #include "engine/runtime/engine.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;

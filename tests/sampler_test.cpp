@@ -2,8 +2,8 @@
 #include <cmath>
 #include <map>
 
-#include "kernels/error.h"
 #include "engine/runtime/sampler.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
-#include "engine/runtime/engine.h"
-#include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
+#include "engine/model/npy.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
 
 using namespace kvx;
 using namespace kvx::test;

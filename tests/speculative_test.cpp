@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
-#include "engine/runtime/engine.h"
-#include "kernels/error.h"
 #include "engine/generation/generator.h"
 #include "engine/generation/prompt_lookup.h"
 #include "engine/generation/speculative.h"
+#include "engine/runtime/engine.h"
 #include "fixtures.h"
-#include "cpu/backend/cpu_backend.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 using namespace kvx::test;

@@ -9,11 +9,11 @@
 #include <thread>
 #include <unistd.h>
 
-#include "engine/tokenizer/byte_level.h"
-#include "kernels/error.h"
 #include "engine/model/model_config.h"
+#include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 using nlohmann::json;

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "kernels/error.h"
 #include "engine/tokenizer/tokenizer_llama2c.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 

@@ -10,12 +10,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cpu/kernels/cpu_kernels.h"
-#include "engine/runtime/engine.h"
-#include "kernels/error.h"
-#include "engine/model/model_config.h"
-#include "fixtures.h"
 #include "cpu/backend/cpu_backend.h"
+#include "cpu/kernels/cpu_kernels.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/engine.h"
+#include "fixtures.h"
+#include "kernels/error.h"
 
 using namespace kvx;
 using namespace kvx::test;

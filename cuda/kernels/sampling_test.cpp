@@ -13,8 +13,8 @@
 
 #include "cuda/kernels/cuda_kernels.h"
 #include "cuda/kernels/test_support.h"
-#include "kernels/error.h"
 #include "engine/runtime/sampler.h"
+#include "kernels/error.h"
 
 namespace {
 

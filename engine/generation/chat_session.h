@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/runtime/engine.h"
 #include "engine/generation/generator.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kernels/error.h"
 #include "engine/generation/speculative.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
 #include "engine/generation/prompt_lookup.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

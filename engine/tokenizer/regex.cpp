@@ -3,8 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "kernels/error.h"
 #include "engine/tokenizer/utf8.h"
+#include "kernels/error.h"
 
 namespace kvx {
 namespace {

@@ -3,8 +3,8 @@
 #include <unordered_set>
 
 #include "engine/tokenizer/byte_level.h"
-#include "kernels/error.h"
 #include "engine/tokenizer/utf8.h"
+#include "kernels/error.h"
 
 namespace kvx {
 

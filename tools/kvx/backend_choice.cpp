@@ -5,11 +5,11 @@
 #include <optional>
 #include <omp.h>
 
+#include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
+#include "data_dir.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
-#include "cpu/backend/cpu_backend.h"
-#include "data_dir.h"
 #ifdef KVX_WITH_CUDA
 #include "cuda/backend/cuda_backend.h"
 #endif

@@ -7,8 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "engine/runtime/engine.h"
 #include "engine/model/model.h"
+#include "engine/runtime/engine.h"
 
 namespace kvx::cli {
 

@@ -2,9 +2,9 @@
 // cache operation as it happens.
 #pragma once
 
+#include "engine/cache/kv_cache_usage.h"
 #include "engine/runtime/cache_event.h"
 #include "engine/runtime/engine.h"
-#include "engine/cache/kv_cache_usage.h"
 
 namespace kvx::cli {
 

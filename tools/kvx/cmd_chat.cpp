@@ -17,8 +17,8 @@
 #include "cache_report.h"
 #include "commands.h"
 #include "engine/generation/chat_session.h"
-#include "kernels/error.h"
 #include "engine/tokenizer/load_tokenizer.h"
+#include "kernels/error.h"
 #include "sampling_options.h"
 #include "speculative_options.h"
 

@@ -5,10 +5,10 @@
 
 #include "backend_choice.h"
 #include "commands.h"
-#include "kernels/error.h"
-#include "engine/model/npy.h"
 #include "engine/generation/position_logits.h"
+#include "engine/model/npy.h"
 #include "engine/tokenizer/load_tokenizer.h"
+#include "kernels/error.h"
 #include "token_list.h"
 
 namespace kvx::cli {

@@ -6,9 +6,9 @@
 
 #include "backend_choice.h"
 #include "commands.h"
-#include "kernels/error.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/load_tokenizer.h"
+#include "kernels/error.h"
 #include "text_file.h"
 
 namespace kvx::cli {

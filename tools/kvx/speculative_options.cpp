@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <string>
 
-#include "kernels/error.h"
 #include "engine/generation/prompt_lookup.h"
 #include "engine/generation/speculative.h"
+#include "kernels/error.h"
 
 namespace kvx::cli {
 

@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "tools/bench/cuda/bench_timing.h"
 #include "cuda/kernels/cuda_kernels.h"
+#include "tools/bench/cuda/bench_timing.h"
 
 namespace kvx::cuda::bench {
 namespace {

@@ -8,10 +8,10 @@
 // each other. bytes = the weight bytes the call reads (x and out are a rounding error next to them).
 #include <type_traits>
 
-#include "tools/bench/cuda/bench_timing.h"
 #include "cuda/backend/blas.h"
 #include "cuda/kernels/cuda_check.h"
 #include "cuda/kernels/cuda_kernels.h"
+#include "tools/bench/cuda/bench_timing.h"
 
 namespace kvx::cuda::bench {
 namespace {

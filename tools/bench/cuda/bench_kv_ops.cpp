@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "tools/bench/cuda/bench_timing.h"
 #include "cuda/kernels/cuda_check.h"
 #include "cuda/kernels/cuda_kernels.h"
+#include "tools/bench/cuda/bench_timing.h"
 
 namespace kvx::cuda::bench {
 namespace {

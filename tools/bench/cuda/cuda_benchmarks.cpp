@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <exception>
 
+#include "cuda/kernels/device_probe.h"
 #include "tools/bench/cuda/bench_timing.h"
 #include "tools/bench/cuda/copy_bandwidth.h"
-#include "cuda/kernels/device_probe.h"
 
 namespace kvx::cuda {
 

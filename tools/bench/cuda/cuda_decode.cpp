@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/bench/cuda/copy_bandwidth.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/kernels/device_probe.h"
 #include "engine/runtime/engine.h"
 #include "kernels/error.h"
+#include "tools/bench/cuda/copy_bandwidth.h"
 #include "tools/bench/cuda/cuda_decode_run.h"
 #include "tools/bench/support/random_llama.h"
 
