@@ -79,7 +79,7 @@ void CpuBackend::attention_block(int layer, const ForwardBatch& batch) {
     const int32_t n = batch.n_rows();
     norm(xn_.data(), x_.data(), w.attn_norm, n);
     linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, xn_.data(), n);
-    if (plan.traits().rotary()) {
+    if (c.traits.rotary()) {
         kernels_.rope(q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim);
         kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
     }

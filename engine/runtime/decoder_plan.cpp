@@ -19,7 +19,7 @@ size_t KvLayout::layer_pool_bytes(size_t layer) const {
 size_t KvLayout::bytes_per_block(size_t group) const { return 2 * groups.at(group).layers.size() * block_bytes(); }
 
 DecoderPlan::DecoderPlan(const ModelConfig& c, std::vector<LayerGroupSpec> groups, int32_t block_size, KvDtype kv_dtype)
-    : traits_(c.traits), n_heads_(c.n_heads), attention_scale_(1.0f / std::sqrt(static_cast<float>(c.head_dim))) {
+    : n_heads_(c.n_heads), attention_scale_(1.0f / std::sqrt(static_cast<float>(c.head_dim))) {
     kv_.dtype = kv_dtype;
     kv_.block_size = block_size;
     kv_.n_kv_heads = c.n_kv_heads;
@@ -32,8 +32,8 @@ DecoderPlan::DecoderPlan(const ModelConfig& c, std::vector<LayerGroupSpec> group
     widths_.q = static_cast<size_t>(c.q_dim());
     widths_.kv = static_cast<size_t>(c.kv_dim());
     widths_.hidden = hidden;
-    widths_.gate = traits_.gated_mlp() ? hidden : 0;
-    widths_.rope = traits_.rotary() ? static_cast<size_t>(c.head_dim / 2) : 0;
+    widths_.gate = c.traits.gated_mlp() ? hidden : 0;
+    widths_.rope = c.traits.rotary() ? static_cast<size_t>(c.head_dim / 2) : 0;
     widths_.widest_input = std::max({dim, hidden, widths_.q});
     widths_.logits = static_cast<size_t>(c.vocab_size);
 }

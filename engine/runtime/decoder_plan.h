@@ -1,8 +1,9 @@
 // What every backend needs to know about a model and its KV cache before it runs a forward pass, computed
-// once, here, by the Engine, and handed to the backend (Backend::allocate_kv): the family's traits, the KV
-// pools' layout and the bytes of a block, the width of each activation buffer, and the fixed fields of
-// every layer's attention. The CPU and CUDA backends differ in where they put these numbers, never in the
-// numbers, so a new family or cache option is an edit of this file, not of each backend.
+// once, here, by the Engine, and handed to the backend (Backend::allocate_kv): the KV pools' layout and the
+// bytes of a block, the width of each activation buffer, and the fixed fields of every layer's attention.
+// The family's choices themselves (norm, positions, MLP) are ModelConfig::traits, which the plan's widths
+// follow. The CPU and CUDA backends differ in where they put these numbers, never in the numbers, so a new
+// family or cache option is an edit here and in the traits table, not in each backend.
 //
 // KV pools (one K and one V per layer, in the pool of the layer's group; engine/cache/kv_cache_groups.h):
 //
@@ -58,7 +59,6 @@ public:
     // kvx::Error (internal) for groups that leave a layer out.
     DecoderPlan(const ModelConfig& config, std::vector<LayerGroupSpec> groups, int32_t block_size, KvDtype kv_dtype);
 
-    const ArchitectureTraits& traits() const { return traits_; }
     const KvLayout& kv() const { return kv_; }
     const ActivationWidths& widths() const { return widths_; }
 
@@ -70,7 +70,6 @@ public:
     void check_batch(const ForwardBatch& batch) const;
 
 private:
-    ArchitectureTraits traits_;
     KvLayout kv_;
     ActivationWidths widths_;
     int32_t n_heads_ = 0;
