@@ -103,7 +103,7 @@ struct KernelTable {
     // first half pairs with element j + head_dim/2:
     //   x1' = x1 * cos - x2 * sin,   x2' = x2 * cos + x1 * sin
     // x [n_rows][n_heads][head_dim] in place; cos, sin [n_rows][head_dim/2] (computed once per forward
-    // pass by the engine from the positions and the model's inverse frequencies).
+    // pass by the backend from the positions and the model's inverse frequencies).
     void (*rope)(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim);
 
     // Writes the batch's new keys and values into their cache slots.
