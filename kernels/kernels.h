@@ -1,8 +1,10 @@
 // The backend-neutral kernel contract.
 //
-// Every backend (the plain reference in kernels/reference.cpp, the SIMD CPU kernels in cpu/, later CUDA)
-// provides one KernelTable. The engine calls kernels only through it, so the reference table doubles as
-// the oracle the other tables are tested against.
+// A KernelTable is one implementation of it on the CPU: the plain reference (kernels/reference.cpp) or one
+// SIMD level of cpu/kernels/. The CPU backend (cpu/backend/) calls kernels only through the table it is given,
+// so the reference table doubles as the oracle the SIMD tables are tested against. The CUDA kernels
+// (cuda/kernels/cuda_kernels.h) are launch functions rather than a table; each keeps the shapes, layouts and
+// arithmetic of the same-named kernel here, and is tested against the same reference.
 //
 // Conventions shared by every kernel:
 //   - fp32 activations, row-major, no padding between rows unless a stride is given. Weight matrices may
@@ -101,7 +103,7 @@ struct KernelTable {
     // first half pairs with element j + head_dim/2:
     //   x1' = x1 * cos - x2 * sin,   x2' = x2 * cos + x1 * sin
     // x [n_rows][n_heads][head_dim] in place; cos, sin [n_rows][head_dim/2] (computed once per forward
-    // pass by the engine from the positions and the model's inverse frequencies).
+    // pass by the backend from the positions and the model's inverse frequencies).
     void (*rope)(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim);
 
     // Writes the batch's new keys and values into their cache slots.

@@ -1,9 +1,9 @@
 // cuda/kernels/elementwise.cu against the reference kernels (and, where the reference has no counterpart, against the
-// host code the engine runs: the rope tables, the embedding lookup, f16.h's rounding).
+// host code the CPU backend runs: the rope tables, the embedding lookup, f16.h's rounding).
 //
 // Every kernel runs on its vectorised path (sizes divisible by 4, aligned pointers) and on its scalar path
 // (odd sizes, or pointers one float past an aligned address), on outputs poisoned with NaN. Copies, adds and
-// roundings are compared bit for bit; the rest with the issue's ||cuda - ref|| / ||ref|| <= 1e-5.
+// roundings are compared bit for bit; the rest with ||cuda - ref|| / ||ref|| <= 1e-5.
 #include <catch2/catch.hpp>
 
 #include <bit>

@@ -1,5 +1,5 @@
 // What the CUDA kernel tests share: random inputs, device round trips, poisoned outputs, and the error
-// measure the issue fixes (||cuda - ref|| / ||ref||). Header-only; test code only.
+// measure of the comparisons that are not bit for bit (||cuda - ref|| / ||ref||). Header-only; test code only.
 #pragma once
 
 #include <cmath>
@@ -82,7 +82,7 @@ inline std::vector<float> f16_to_floats(std::span<const uint16_t> h) {
     return v;
 }
 
-constexpr double kFp32Tolerance = 1e-5;  // ||cuda - ref|| / ||ref|| for fp32 kernels (the issue's bound)
+constexpr double kFp32Tolerance = 1e-5;  // ||cuda - ref|| / ||ref|| for fp32 kernels (docs/cuda.md)
 constexpr double kFp16Tolerance = 2e-3;  // the same for kernels that store or read fp16
 
 }  // namespace kvx::cuda::test

@@ -34,7 +34,7 @@ struct GenerationOptions {
                                       // appended to the sequence
     std::function<bool()> interrupted;  // polled before each sampled token (Ctrl-C); may be empty
     int32_t speculative_drafts = 0;     // 0 = plain decoding, else up to this many prompt-lookup drafts per
-                                        // pass (1..kMaxSpeculativeDrafts; engine/speculative.h)
+                                        // pass (1..kMaxSpeculativeDrafts; speculative.h)
     int32_t lookup_ngram = kDefaultLookupNgram;  // longest n-gram prompt lookup matches (1..kMaxLookupNgram)
 };
 

@@ -1,6 +1,6 @@
-// What the engine just did to the KV cache, reported to an observer (kvx --verbose, tests). The seed design
-// logged the shapes of its past/present tensors at every step; a paged cache's equivalent is which sequence
-// grew, shrank, forked or went, and what the pool holds afterwards.
+// What the engine just did to the KV cache, reported to an observer (kvx --verbose, tests). Where a contiguous
+// cache would log the shapes of its past/present tensors at every step, a paged cache's equivalent is which
+// sequence grew, shrank, forked or went, and what the pool holds afterwards.
 #pragma once
 
 #include <cstdint>

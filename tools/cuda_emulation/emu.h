@@ -1,5 +1,5 @@
-// CPU emulation of the CUDA device features kvx's kernels use, for running cuda/*.cu under ASan/UBSan on a
-// machine without a GPU. One host thread per CUDA thread (from a persistent pool), std::barrier for
+// CPU emulation of the CUDA device features kvx's kernels use, for running cuda/kernels/*.cu under ASan/UBSan
+// on a machine without a GPU. One host thread per CUDA thread (from a persistent pool), std::barrier for
 // __syncthreads, a per-warp exchange + barrier for shuffles, std::atomic_ref for atomics. Blocks run one at a
 // time, so `__shared__` variables become function statics (one block's worth of storage). tools/cuda_emulation/README.md.
 #pragma once

@@ -140,7 +140,7 @@ def goals_table(cases):
         peer = median(model="stories260K", engine="llama2.c run.c", threads=threads, prompt_tokens=0)
         if ours and peer:
             rows.append([f"stories260K decode, {threads} thread(s), kvx / run.c", ">= 1.5x", f"{ours / peer:.2f}x"])
-    return table(["goal (issue 6)", "target", "measured"], rows)
+    return table(["goal", "target", "measured"], rows)
 
 
 def tables(e2e):

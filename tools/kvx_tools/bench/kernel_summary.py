@@ -2,7 +2,8 @@
 
 Two tables: every benchmark with its time, GB/s and GFLOP/s and their fractions of the machine's ceilings;
 then decode attention, paged against contiguous at each size, with the paged/contiguous time ratio. Ends
-with the goal of issue 6: paged (fp32) attention within 10% of contiguous at every context measured.
+with the goal the paged cache is held to: paged (fp32) attention within 10% of contiguous at every context
+measured (docs/benchmarks.md).
 
 With repetitions (--benchmark_repetitions), the median aggregate of each benchmark is used.
 
