@@ -20,7 +20,9 @@ import sys
 
 from ..checkout import REPO
 
-DEFAULT_SMOLLM2 = "/work/main/.cache/models/smollm2-135m-instruct/fixture/model"
+# The SmolLM2 fixture's kvx model, where the tests' fixture step makes it ($KVX_MODEL_CACHE or .cache/models).
+DEFAULT_SMOLLM2 = os.path.join(os.environ.get("KVX_MODEL_CACHE") or os.path.join(REPO, ".cache", "models"),
+                               "smollm2-135m-instruct", "fixture", "model")
 DECODE = re.compile(r"generated (\d+) tokens, (\d+) decode steps in ([0-9.]+) ms \(([0-9.]+) tokens/s\)")
 SPECULATIVE = re.compile(r"drafted (\d+) tokens, accepted (\d+) \(([0-9.]+)%\), (\d+) forward passes, "
                          r"([0-9.]+) tokens per pass")
