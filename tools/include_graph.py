@@ -175,7 +175,7 @@ def main():
     else:
         print("include graph by folder (layer: folder -> folder, #include lines):")
         for a, b in order:
-            print(f"  {ranks.get(a, '?')}: {a:<20} -> {b:<18} {edges[(a, b)]:>4}")
+            print(f"  {ranks.get(a, '?')}: {a:<20} -> {b:<20} {edges[(a, b)]:>4}")
     if problems:
         for problem in problems:
             print(problem, file=sys.stderr)
