@@ -2,34 +2,21 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "engine/model/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        throw Error("'" + path + "' is not a regular file");
-    }
-    size_ = static_cast<size_t>(st.st_size);
+    const RegularFile file(path, "file");  // closed on return: the mapping keeps the file alive
+    size_ = file.size();
     if (size_ > 0) {
-        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int err = errno;
-            ::close(fd);
-            throw Error("cannot map '" + path + "': " + std::strerror(err));
-        }
+        void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+        if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(errno));
         data_ = static_cast<const uint8_t*>(p);
     }
-    ::close(fd);  // the mapping keeps the file alive
 }
 
 MappedFile::~MappedFile() {
