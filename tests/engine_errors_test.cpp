@@ -138,7 +138,7 @@ TEST_CASE("damaged model directories are refused by name", "[engine][errors]") {
         file.seekp(9);
         file.write("\x01\x02\x03", 3);
         file.close();
-        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("not a JSON object"));
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("is corrupt: its header is not valid JSON"));
     }
     SECTION("a config that disagrees with the weights") {
         std::ifstream in(dir + "/config.json");

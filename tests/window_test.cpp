@@ -195,14 +195,15 @@ TEST_CASE("the loader refuses a malformed sliding_window", "[window]") {
     const fs::path dir = fs::temp_directory_path() / ("kvx_window_config_" + std::to_string(::getpid()));
     fs::create_directories(dir);
     const std::vector<std::pair<nlohmann::json, std::string>> cases = {
-        {7, "must be {\"window\": W"},
-        {{{"window", 0}, {"layers", {0}}}, "'window' = 0 is out of range"},
-        {{{"layers", {0}}}, "has no integer 'window'"},
-        {{{"window", 7}, {"layers", {0, 3}}}, "names layer 3 of a model with 3 layers"},
-        {{{"window", 7}, {"layers", {2, 0}}}, "ascending and listed once"},
-        {{{"window", 7}, {"layers", {0, 0}}}, "ascending and listed once"},
+        {7, "'sliding_window' must be an object, not 7"},
+        {{{"window", 0}, {"layers", {0}}}, "'sliding_window.window' must be an integer from 1 to 1073741824, not 0"},
+        {{{"window", 2.5}, {"layers", {0}}}, "'sliding_window.window' must be an integer from 1 to 1073741824, not 2.5"},
+        {{{"layers", {0}}}, "'sliding_window.window' is missing"},
+        {{{"window", 7}, {"layers", {0, 3}}}, "'sliding_window.layers' must be an integer from 0 to 2, not 3"},
+        {{{"window", 7}, {"layers", {2, 0}}}, "ascending and list each layer once"},
+        {{{"window", 7}, {"layers", {0, 0}}}, "ascending and list each layer once"},
         {{{"window", 7}, {"layers", nlohmann::json::array()}}, "lists no layer"},
-        {{{"window", 7}, {"layers", {"0"}}}, "not an integer"},
+        {{{"window", 7}, {"layers", {"0"}}}, "must be an integer from 0 to 2, not \"0\""},
     };
     for (const auto& [window, expected] : cases) {
         nlohmann::json config = good;

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "engine/model/regular_file.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 
@@ -70,7 +71,7 @@ Model load_model(const std::string& model_dir) {
     m.dir = model_dir;
     m.config = load_model_config(model_dir);
     const ModelConfig& c = m.config;
-    m.weights = std::make_unique<SafetensorsFile>(model_dir + "/" + c.weights_file);
+    m.weights = std::make_unique<SafetensorsFile>(file_inside(model_dir, c.weights_file, "weights.file"));
     WeightReader w(*m.weights, c.weights_dtype);
     const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
     const ArchitectureTraits& t = c.traits;

@@ -1,8 +1,10 @@
 #include "engine/model/model_config.h"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <cmath>
+#include <filesystem>
 
+#include "engine/model/json_file.h"
+#include "engine/model/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
@@ -10,127 +12,167 @@ namespace {
 
 using nlohmann::json;
 
-int positive_int(const json& j, const std::string& key, const std::string& path) {
-    if (!j.contains(key) || !j[key].is_number_integer())
-        throw Error("model config '" + path + "': missing integer field '" + key + "'");
-    const auto v = j[key].get<int64_t>();
-    if (v <= 0 || v > (int64_t{1} << 30))
-        throw Error("model config '" + path + "': field '" + key + "' = " + std::to_string(v) + " is out of range");
-    return static_cast<int>(v);
-}
+// Field readers naming the file and the field in every message. A field of the wrong JSON type is an error:
+// a config from the internet must not be able to slip a default past kvx (an eos id of 2.7 becoming 2).
+class ConfigReader {
+public:
+    ConfigReader(const json& j, const std::string& path) : j_(j), path_(path) {}
 
-// A file named by entry.key, relative to the model directory.
-std::string file_name(const json& entry, const std::string& key, const std::string& what, const std::string& path) {
-    if (!entry.is_object() || !entry.contains(key) || !entry[key].is_string() || entry[key].get<std::string>().empty())
-        throw Error("model config '" + path + "': '" + what + "' has no '" + key + "'");
-    return entry[key].get<std::string>();
-}
+    std::string where(const std::string& field) const { return "model config '" + path_ + "': '" + field + "'"; }
+    [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+        throw Error(where(field) + " " + what);
+    }
+
+    bool has(const json& object, const char* key) const { return object.contains(key) && !object[key].is_null(); }
+    const json& required(const json& object, const char* key, const std::string& field) const {
+        if (!object.contains(key)) fail(field, "is missing");
+        return object[key];
+    }
+
+    int64_t integer(const json& value, int64_t lo, int64_t hi, const std::string& field) const {
+        return json_integer(value, lo, hi, where(field));
+    }
+    int size(const char* key, int64_t max) const {
+        return static_cast<int>(integer(required(j_, key, key), 1, max, key));
+    }
+    std::string string(const json& value, const std::string& field) const {
+        if (!value.is_string()) fail(field, "must be a string, not " + json_excerpt(value));
+        return value.get<std::string>();
+    }
+    std::string optional_string(const json& object, const char* key, const std::string& field) const {
+        return has(object, key) ? string(object[key], field) : std::string();
+    }
+    bool boolean(const json& value, const std::string& field) const {
+        if (!value.is_boolean()) fail(field, "must be true or false, not " + json_excerpt(value));
+        return value.get<bool>();
+    }
+    const json& object(const json& value, const std::string& field) const {
+        if (!value.is_object()) fail(field, "must be an object, not " + json_excerpt(value));
+        return value;
+    }
+    const json& array(const json& value, const std::string& field) const {
+        if (!value.is_array()) fail(field, "must be a list, not " + json_excerpt(value));
+        return value;
+    }
+
+    const json& root() const { return j_; }
+
+private:
+    const json& j_;
+    const std::string& path_;
+};
 
 // "sliding_window": {"window": W, "layers": [i, ...]}: W >= 1, layers ascending, distinct, < n_layers.
-void read_sliding_window(const json& j, const std::string& path, ModelConfig& c) {
-    if (!j.contains("sliding_window")) return;
-    const json& sw = j["sliding_window"];
-    const std::string where = "model config '" + path + "': 'sliding_window' ";
-    if (!sw.is_object() || !sw.contains("layers") || !sw["layers"].is_array())
-        throw Error(where + "must be {\"window\": W, \"layers\": [...]}");
-    if (!sw.contains("window") || !sw["window"].is_number_integer())
-        throw Error(where + "has no integer 'window'");
-    const auto window = sw["window"].get<int64_t>();
-    if (window < 1 || window > (int64_t{1} << 30))
-        throw Error(where + "'window' = " + std::to_string(window) + " is out of range");
-    c.sliding_window = static_cast<int>(window);
-    for (const json& layer : sw["layers"]) {
-        if (!layer.is_number_integer()) throw Error(where + "has a layer that is not an integer");
-        const auto i = layer.get<int64_t>();
-        if (i < 0 || i >= c.n_layers)
-            throw Error(where + "names layer " + std::to_string(i) + " of a model with " + std::to_string(c.n_layers) +
-                        " layers");
+void read_sliding_window(const ConfigReader& r, ModelConfig& c) {
+    if (!r.has(r.root(), "sliding_window")) return;
+    const json& sw = r.object(r.root()["sliding_window"], "sliding_window");
+    c.sliding_window = static_cast<int>(
+        r.integer(r.required(sw, "window", "sliding_window.window"), 1, int64_t{1} << 30, "sliding_window.window"));
+    for (const json& layer : r.array(r.required(sw, "layers", "sliding_window.layers"), "sliding_window.layers")) {
+        const auto i = static_cast<int>(r.integer(layer, 0, c.n_layers - 1, "sliding_window.layers"));
         if (!c.sliding_window_layers.empty() && i <= c.sliding_window_layers.back())
-            throw Error(where + "layers must be ascending and listed once");
-        c.sliding_window_layers.push_back(static_cast<int>(i));
+            r.fail("sliding_window.layers", "must be ascending and list each layer once");
+        c.sliding_window_layers.push_back(i);
     }
-    if (c.sliding_window_layers.empty()) throw Error(where + "lists no layer");
+    if (c.sliding_window_layers.empty()) r.fail("sliding_window.layers", "lists no layer");
+}
+
+void read_token_ids(const ConfigReader& r, ModelConfig& c) {
+    const json& j = r.root();
+    const int64_t last = c.vocab_size - 1;
+    if (r.has(j, "bos_token_id")) c.bos_token_id = static_cast<int>(r.integer(j["bos_token_id"], -1, last, "bos_token_id"));
+    if (r.has(j, "eos_token_ids"))
+        for (const json& id : r.array(j["eos_token_ids"], "eos_token_ids"))
+            c.eos_token_ids.push_back(static_cast<int>(r.integer(id, 0, last, "eos_token_ids")));
+}
+
+void read_tokenizer(const ConfigReader& r, ModelConfig& c) {
+    if (!r.has(r.root(), "tokenizer")) return;
+    const json& t = r.object(r.root()["tokenizer"], "tokenizer");
+    c.tokenizer_type = r.string(r.required(t, "type", "tokenizer.type"), "tokenizer.type");
+    if (c.tokenizer_type != "llama2c" && c.tokenizer_type != "bpe" && c.tokenizer_type != "gpt2")
+        r.fail("tokenizer.type", "= '" + c.tokenizer_type + "' is not a tokenizer kvx reads (llama2c, bpe, gpt2)");
+    c.tokenizer_file = r.string(r.required(t, "file", "tokenizer.file"), "tokenizer.file");
+    if (c.tokenizer_type == "gpt2")
+        c.tokenizer_merges_file = r.string(r.required(t, "merges_file", "tokenizer.merges_file"), "tokenizer.merges_file");
+}
+
+void read_chat(const ConfigReader& r, ModelConfig& c) {
+    if (!r.has(r.root(), "chat")) return;
+    const json& chat = r.object(r.root()["chat"], "chat");
+    c.has_chat = true;
+    c.chat.template_file = r.string(r.required(chat, "template_file", "chat.template_file"), "chat.template_file");
+    c.chat.format = r.optional_string(chat, "format", "chat.format");
+    c.chat.unsupported_reason = r.optional_string(chat, "unsupported", "chat.unsupported");
+    if (r.has(chat, "default_system")) {
+        c.chat.has_default_system = true;
+        c.chat.default_system = r.string(chat["default_system"], "chat.default_system");
+    }
+    if (!c.chat.format.empty() && c.chat.format != "chatml")
+        r.fail("chat.format", "= '" + c.chat.format + "' is not a format kvx applies (chatml)");
 }
 
 }  // namespace
 
 ModelConfig load_model_config(const std::string& model_dir) {
     const std::string path = model_dir + "/config.json";
-    std::ifstream in(path);
-    if (!in) throw Error("no model at '" + model_dir + "': cannot read " + path);
-    json j = json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) throw Error("model config '" + path + "' is not valid JSON");
-    if (j.value("format", "") != "kvx-model")
+    if (!std::filesystem::exists(path)) throw Error("no model at '" + model_dir + "': it has no config.json");
+    const json j = read_json_object(path, "model config", ConfigLimits::file_bytes);
+    const ConfigReader r(j, path);
+    if (!j.contains("format") || j["format"] != "kvx-model")
         throw Error("'" + path + "' is not a kvx model config (run 'kvx convert' on an ONNX file first)");
-    if (j.value("format_version", 0) != 1)
+    if (!j.contains("format_version") || j["format_version"] != 1)
         throw Error("model config '" + path + "': unsupported format_version (this kvx reads version 1)");
 
     ModelConfig c;
-    const std::string architecture = j.value("architecture", "");
+    const std::string architecture = r.string(r.required(j, "architecture", "architecture"), "architecture");
     const ArchitectureTraits* traits = find_architecture(architecture);
-    if (!traits)
-        throw Error("model config '" + path + "': unsupported architecture '" + architecture + "' (kvx runs " +
-                    architecture_names() + ")");
+    if (!traits) r.fail("architecture", "= '" + architecture + "' is not a family kvx runs (" + architecture_names() + ")");
     c.traits = *traits;
-    c.dim = positive_int(j, "dim", path);
-    c.hidden_dim = positive_int(j, "hidden_dim", path);
-    c.n_layers = positive_int(j, "n_layers", path);
-    c.n_heads = positive_int(j, "n_heads", path);
-    c.n_kv_heads = positive_int(j, "n_kv_heads", path);
-    c.head_dim = positive_int(j, "head_dim", path);
-    c.vocab_size = positive_int(j, "vocab_size", path);
-    c.max_seq_len = positive_int(j, "max_seq_len", path);
+    c.dim = r.size("dim", ConfigLimits::dim);
+    c.hidden_dim = r.size("hidden_dim", ConfigLimits::hidden_dim);
+    c.n_layers = r.size("n_layers", ConfigLimits::layers);
+    c.n_heads = r.size("n_heads", ConfigLimits::heads);
+    c.n_kv_heads = r.size("n_kv_heads", c.n_heads);
+    c.head_dim = r.size("head_dim", ConfigLimits::head_dim);
+    c.vocab_size = r.size("vocab_size", ConfigLimits::vocab_size);
+    c.max_seq_len = r.size("max_seq_len", ConfigLimits::seq_len);
+    // The one product the loader, the plan and the kernels count in int: it is checked here, once.
+    if (int64_t{c.n_heads} * c.head_dim > ConfigLimits::width)
+        r.fail("n_heads", "x 'head_dim' = " + std::to_string(int64_t{c.n_heads} * c.head_dim) + " is more than " +
+                              std::to_string(ConfigLimits::width));
     if (c.n_heads % c.n_kv_heads != 0)
-        throw Error("model config '" + path + "': n_heads " + std::to_string(c.n_heads) +
-                    " is not a multiple of n_kv_heads " + std::to_string(c.n_kv_heads));
-    if (c.traits.rotary() && c.head_dim % 2 != 0)
-        throw Error("model config '" + path + "': head_dim must be even for RoPE");
-    if (!j.contains("norm_eps") || !j["norm_eps"].is_number())
-        throw Error("model config '" + path + "': missing number field 'norm_eps'");
-    c.norm_eps = j["norm_eps"].get<float>();
-    if (c.traits.rotary() && j.value("rope_style", "") != "half")
-        throw Error("model config '" + path + "': unsupported rope_style (kvx implements 'half')");
-    c.tied_embeddings = j.value("tied_embeddings", true);
-    read_sliding_window(j, path, c);
-    c.bos_token_id = j.value("bos_token_id", -1);
-    if (j.contains("eos_token_ids") && j["eos_token_ids"].is_array())
-        for (const auto& t : j["eos_token_ids"]) c.eos_token_ids.push_back(t.get<int>());
-    for (int t : c.eos_token_ids)
-        if (t < 0 || t >= c.vocab_size) throw Error("model config '" + path + "': eos token id out of the vocabulary");
-    if (c.bos_token_id >= c.vocab_size) throw Error("model config '" + path + "': bos_token_id out of the vocabulary");
+        r.fail("n_heads", "= " + std::to_string(c.n_heads) + " is not a multiple of n_kv_heads " +
+                              std::to_string(c.n_kv_heads));
+    if (c.traits.rotary() && c.head_dim % 2 != 0) r.fail("head_dim", "must be even for RoPE");
 
-    if (!j.contains("weights") || !j["weights"].is_object())
-        throw Error("model config '" + path + "': missing 'weights'");
-    c.weights_file = j["weights"].value("file", "");
-    const std::string dtype = j["weights"].value("dtype", "");
+    const json& eps = r.required(j, "norm_eps", "norm_eps");
+    if (!eps.is_number() || !std::isfinite(eps.get<double>()) || eps.get<double>() <= 0 || eps.get<double>() >= 1)
+        r.fail("norm_eps", "must be a number above 0 and below 1, not " + json_excerpt(eps));
+    c.norm_eps = eps.get<float>();
+    if (c.traits.rotary() && (!j.contains("rope_style") || j["rope_style"] != "half"))
+        r.fail("rope_style", "must be \"half\" (the rotation kvx implements)");
+    if (r.has(j, "tied_embeddings")) c.tied_embeddings = r.boolean(j["tied_embeddings"], "tied_embeddings");
+    read_sliding_window(r, c);
+    read_token_ids(r, c);
+
+    const json& weights = r.object(r.required(j, "weights", "weights"), "weights");
+    c.weights_file = r.string(r.required(weights, "file", "weights.file"), "weights.file");
+    const std::string dtype = r.string(r.required(weights, "dtype", "weights.dtype"), "weights.dtype");
     if (dtype == "f32")
         c.weights_dtype = WeightDtype::f32;
     else if (dtype == "f16")
         c.weights_dtype = WeightDtype::f16;
     else
-        throw Error("model config '" + path + "': unsupported weights dtype '" + dtype + "' (kvx reads f32 and f16)");
-    if (j.contains("tokenizer") && j["tokenizer"].is_object()) {
-        const json& t = j["tokenizer"];
-        c.tokenizer_type = t.value("type", "");
-        if (c.tokenizer_type != "llama2c" && c.tokenizer_type != "bpe" && c.tokenizer_type != "gpt2")
-            throw Error("model config '" + path + "': unsupported tokenizer type '" + c.tokenizer_type +
-                        "' (kvx reads llama2c, bpe and gpt2)");
-        c.tokenizer_file = file_name(t, "file", "tokenizer", path);
-        if (c.tokenizer_type == "gpt2") c.tokenizer_merges_file = file_name(t, "merges_file", "tokenizer", path);
-    }
-    if (j.contains("chat") && j["chat"].is_object()) {
-        const json& chat = j["chat"];
-        c.has_chat = true;
-        c.chat.template_file = file_name(chat, "template_file", "chat", path);
-        if (chat.contains("format") && chat["format"].is_string()) c.chat.format = chat["format"].get<std::string>();
-        c.chat.unsupported_reason = chat.value("unsupported", "");
-        if (chat.contains("default_system") && chat["default_system"].is_string()) {
-            c.chat.has_default_system = true;
-            c.chat.default_system = chat["default_system"].get<std::string>();
-        }
-        if (!c.chat.format.empty() && c.chat.format != "chatml")
-            throw Error("model config '" + path + "': unknown chat format '" + c.chat.format + "' (kvx applies 'chatml')");
-    }
+        r.fail("weights.dtype", "= '" + dtype + "' is not a dtype kvx reads (f32, f16)");
+    read_tokenizer(r, c);
+    read_chat(r, c);
+
+    // Every file the config names stays inside the folder, checked before anything opens it.
+    file_inside(model_dir, c.weights_file, "weights.file");
+    if (!c.tokenizer_file.empty()) file_inside(model_dir, c.tokenizer_file, "tokenizer.file");
+    if (!c.tokenizer_merges_file.empty()) file_inside(model_dir, c.tokenizer_merges_file, "tokenizer.merges_file");
+    if (c.has_chat) file_inside(model_dir, c.chat.template_file, "chat.template_file");
     return c;
 }
 

@@ -9,6 +9,22 @@
 
 namespace kvx {
 
+// What kvx accepts from a config.json: beyond every model it is meant to run, and small enough that no product
+// of fields overflows where it is counted (q_dim() and kv_dim() in int stay below ConfigLimits::width; a weight's
+// element count, vocab_size x dim, in int64), and that a crafted file cannot make kvx allocate for a context
+// of 2^30 before anything else is checked.
+struct ConfigLimits {
+    static constexpr int64_t dim = 1 << 16;         // residual width
+    static constexpr int64_t hidden_dim = 1 << 18;  // MLP inner width
+    static constexpr int64_t layers = 1024;
+    static constexpr int64_t heads = 1024;
+    static constexpr int64_t head_dim = 4096;
+    static constexpr int64_t width = 1 << 18;       // n_heads x head_dim
+    static constexpr int64_t vocab_size = 1 << 22;
+    static constexpr int64_t seq_len = 1 << 24;
+    static constexpr size_t file_bytes = 16 << 20;  // config.json itself; a real one is a few KB
+};
+
 // How the weight matrices (linear layers and embeddings) are stored; vectors (norms, biases, RoPE
 // frequencies) are always f32.
 enum class WeightDtype { f32, f16 };
@@ -50,11 +66,12 @@ struct ModelConfig {
     bool has_chat = false;       // the model came with a chat template
     ChatConfig chat;
 
-    int q_dim() const { return n_heads * head_dim; }
+    int q_dim() const { return n_heads * head_dim; }     // checked <= ConfigLimits::width by load_model_config
     int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
-// Throws kvx::Error naming the file and the field that is missing, mistyped or out of range.
+// Throws kvx::Error naming the file and the field that is missing, mistyped or out of range, or a file name
+// that leaves the model folder. Nothing is coerced: a field of the wrong JSON type is an error, never a default.
 ModelConfig load_model_config(const std::string& model_dir);
 
 }  // namespace kvx

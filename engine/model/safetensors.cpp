@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include <string_view>
 
+#include "engine/model/json_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
@@ -31,10 +32,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(std::make_uniq
     if (file_size < 8) fail("shorter than its 8-byte header length");
     uint64_t header_len = 0;
     std::memcpy(&header_len, file_->data(), 8);  // little-endian on every target kvx builds for
-    if (header_len > file_size - 8) fail("header length " + std::to_string(header_len) + " exceeds the file");
+    // Not the length itself in the message: for a file that is not safetensors it is the file's first bytes.
+    if (header_len > file_size - 8) fail("its header length exceeds the file of " + std::to_string(file_size) + " bytes");
     const char* header_begin = reinterpret_cast<const char*>(file_->data() + 8);
-    nlohmann::json header = nlohmann::json::parse(header_begin, header_begin + header_len, nullptr, false);
-    if (header.is_discarded() || !header.is_object()) fail("header is not a JSON object");
+    const nlohmann::json header =
+        parse_json(std::string_view(header_begin, header_len), "weights file '" + path + "' is corrupt: its header");
+    if (!header.is_object()) fail("header is not a JSON object");
 
     const uint8_t* data_begin = file_->data() + 8 + header_len;
     const size_t data_size = file_size - 8 - header_len;

@@ -1,22 +1,28 @@
 // GPT-2's tokenizer as OpenAI published it: encoder.json and vocab.bpe (read_gpt2_tokenizer in bpe_spec.h).
-#include <fstream>
+#include <algorithm>
+#include <string_view>
 
+#include "engine/model/json_file.h"
+#include "engine/model/regular_file.h"
 #include "engine/tokenizer/bpe_spec.h"
 #include "kernels/error.h"
 
 namespace kvx {
 
-BpeTokenizerSpec read_gpt2_tokenizer(const std::string& encoder_path, const std::string& merges_path) {
+BpeTokenizerSpec read_gpt2_tokenizer(const std::string& encoder_path, const std::string& merges_path,
+                                     int64_t id_limit) {
     BpeTokenizerSpec spec;
     spec.source = "tokenizer '" + encoder_path + "'";
-    spec.model.vocab = read_vocab(read_json_file(encoder_path, spec.source), spec.source);
+    spec.model.vocab =
+        read_vocab(read_json_object(encoder_path, "tokenizer", kMaxTokenizerFileBytes), spec.source, id_limit);
 
     const std::string merges_source = "merges '" + merges_path + "'";
-    std::ifstream in(merges_path, std::ios::binary);
-    if (!in) throw Error("cannot read " + merges_source);
-    std::string line;
-    while (std::getline(in, line)) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string merges = RegularFile(merges_path, "merges").read_all(kMaxTokenizerFileBytes);
+    for (size_t at = 0; at < merges.size();) {
+        const size_t end = std::min(merges.find('\n', at), merges.size());
+        std::string_view line(merges.data() + at, end - at);
+        at = end + 1;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.empty() || line.starts_with("#version")) continue;
         spec.model.merges.push_back(split_merge(line, spec.model.merges.size(), merges_source));
     }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "engine/model/json_file.h"
 #include "engine/tokenizer/bpe_spec.h"
 #include "kernels/error.h"
 
@@ -12,7 +13,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& j) { return j.is_object() ? j.value("type", std::string("?")) : std::string("?"); }
+std::string type_of(const json& j) {
+    return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?";
+}
 
 bool flag(const json& j, const char* key, bool fallback) {
     return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
@@ -23,7 +26,7 @@ std::string optional_string(const json& j, const char* key) {
     return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
-void read_model(const json& m, BpeTokenizerSpec& spec) {
+void read_model(const json& m, int64_t id_limit, BpeTokenizerSpec& spec) {
     const std::string& src = spec.source;
     if (!m.is_object()) throw Error(src + " has no model");
     if (type_of(m) != "BPE") throw Error(src + ": model type '" + type_of(m) + "' is not supported (kvx reads BPE)");
@@ -32,7 +35,7 @@ void read_model(const json& m, BpeTokenizerSpec& spec) {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
         if (!optional_string(m, key).empty())
             throw Error(src + ": BPE " + key + " is not supported (byte-level BPE has none)");
-    spec.model.vocab = read_vocab(m.value("vocab", json()), src);
+    spec.model.vocab = read_vocab(m.value("vocab", json()), src, id_limit);
     if (!m.contains("merges") || !m["merges"].is_array()) throw Error(src + ": the BPE model has no merges");
     for (const json& merge : m["merges"]) {
         const size_t rank = spec.model.merges.size();
@@ -123,15 +126,15 @@ void check_decoder(const json& d, const std::string& src) {
 
 // The ids a post-processor puts in front of a single text. What it would put after the text (an EOS or SEP)
 // is left out: kvx encodes prompts to be continued, not finished.
-std::vector<int32_t> prefix_of(const json& p, const std::string& src) {
+std::vector<int32_t> prefix_of(const json& p, int64_t id_limit, const std::string& src) {
     if (p.is_null()) return {};
     const std::string type = type_of(p);
     if (type == "ByteLevel") return {};  // trims offsets only
     if (type == "RobertaProcessing" || type == "BertProcessing") {
         const json cls = p.value("cls", json());
-        if (!cls.is_array() || cls.size() != 2 || !cls[1].is_number_integer())
+        if (!cls.is_array() || cls.size() != 2)
             throw Error(src + ": post_processor " + type + " has no [token, id] cls");
-        return {cls[1].get<int32_t>()};
+        return {static_cast<int32_t>(json_integer(cls[1], 0, id_limit - 1, src + ": post_processor " + type + "'s cls id"))};
     }
     if (type == "TemplateProcessing") {
         std::vector<int32_t> ids;
@@ -141,14 +144,19 @@ std::vector<int32_t> prefix_of(const json& p, const std::string& src) {
             const std::string name = piece.contains("SpecialToken") ? piece["SpecialToken"].value("id", "") : "";
             if (!special.contains(name) || !special[name].contains("ids"))
                 throw Error(src + ": post_processor template names special token '" + name + "' but does not define it");
-            for (const json& id : special[name]["ids"]) ids.push_back(id.get<int32_t>());
+            const json& special_ids = special[name]["ids"];
+            if (!special_ids.is_array())
+                throw Error(src + ": post_processor special token '" + name + "' has no list of ids");
+            for (const json& id : special_ids)
+                ids.push_back(static_cast<int32_t>(
+                    json_integer(id, 0, id_limit - 1, src + ": post_processor special token '" + name + "'s id")));
         }
         throw Error(src + ": post_processor template for a single text has no $A");
     }
     if (type == "Sequence") {
         std::vector<int32_t> ids;  // each processor wraps the result of the ones before it
         for (const json& child : p.value("processors", json::array())) {
-            std::vector<int32_t> outer = prefix_of(child, src);
+            std::vector<int32_t> outer = prefix_of(child, id_limit, src);
             ids.insert(ids.begin(), outer.begin(), outer.end());
         }
         return ids;
@@ -159,7 +167,7 @@ std::vector<int32_t> prefix_of(const json& p, const std::string& src) {
 // HF (0.23) loading a tokenizer.json gives an added token the id of its content in the model's vocabulary,
 // else the next of vocabulary size, vocabulary size + 1, ... in file order, whatever id the file says; a
 // content seen before keeps its id. kvx follows HF.
-void read_added_tokens(const json& added, BpeTokenizerSpec& spec) {
+void read_added_tokens(const json& added, int64_t id_limit, BpeTokenizerSpec& spec) {
     if (added.is_null()) return;
     if (!added.is_array()) throw Error(spec.source + ": added_tokens is not a list");
     std::unordered_map<std::string, int32_t> ids(spec.model.vocab.begin(), spec.model.vocab.end());
@@ -176,7 +184,9 @@ void read_added_tokens(const json& added, BpeTokenizerSpec& spec) {
         token.rstrip = flag(t, "rstrip", false);
         token.normalized = flag(t, "normalized", !token.special);
         auto [it, is_new] = ids.try_emplace(token.content, next_id);
-        if (is_new) ++next_id;
+        if (is_new && next_id++ >= id_limit)
+            throw Error(spec.source + ": added token '" + token.content + "' gets id " + std::to_string(it->second) +
+                        ", beyond the " + std::to_string(id_limit) + " ids allowed");
         token.id = it->second;
         spec.added_tokens.push_back(std::move(token));
     }
@@ -184,16 +194,23 @@ void read_added_tokens(const json& added, BpeTokenizerSpec& spec) {
 
 }  // namespace
 
-BpeTokenizerSpec read_hf_tokenizer_json(const std::string& path) {
+BpeTokenizerSpec read_hf_tokenizer_json(const std::string& path, int64_t id_limit) {
     BpeTokenizerSpec spec;
     spec.source = "tokenizer '" + path + "'";
-    const json j = read_json_file(path, spec.source);
-    read_model(j.value("model", json()), spec);
-    check_normalizer(j.value("normalizer", json()), spec.source);
-    read_pre_tokenizer(j.value("pre_tokenizer", json()), spec);
-    check_decoder(j.value("decoder", json()), spec.source);
-    spec.prefix_ids = prefix_of(j.value("post_processor", json()), spec.source);
-    read_added_tokens(j.value("added_tokens", json()), spec);
+    const json j = read_json_object(path, "tokenizer", kMaxTokenizerFileBytes);
+    try {
+        read_model(j.value("model", json()), id_limit, spec);
+        check_normalizer(j.value("normalizer", json()), spec.source);
+        read_pre_tokenizer(j.value("pre_tokenizer", json()), spec);
+        check_decoder(j.value("decoder", json()), spec.source);
+        spec.prefix_ids = prefix_of(j.value("post_processor", json()), id_limit, spec.source);
+        read_added_tokens(j.value("added_tokens", json()), id_limit, spec);
+    } catch (const json::exception& e) {
+        // A field of an unexpected JSON type where a reader above does not check it: nlohmann names the types.
+        std::string reason = e.what();
+        if (const size_t bracket = reason.find("] "); bracket != std::string::npos) reason.erase(0, bracket + 2);
+        throw Error(spec.source + " is malformed: " + reason);
+    }
     return spec;
 }
 

@@ -1,31 +1,22 @@
 #include "engine/tokenizer/bpe_spec.h"
 
-#include <fstream>
 #include <memory>
 
+#include "engine/model/json_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
 
 using nlohmann::json;
 
-json read_json_file(const std::string& path, const std::string& source) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot read " + source);
-    json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) throw Error(source + " is not a JSON object (truncated or not UTF-8?)");
-    return j;
-}
-
-std::vector<std::pair<std::string, int32_t>> read_vocab(const json& vocab, const std::string& source) {
+std::vector<std::pair<std::string, int32_t>> read_vocab(const json& vocab, const std::string& source,
+                                                        int64_t id_limit) {
     if (!vocab.is_object() || vocab.empty()) throw Error(source + ": the vocabulary is missing or empty");
     std::vector<std::pair<std::string, int32_t>> out;
     out.reserve(vocab.size());
-    for (const auto& [token, id] : vocab.items()) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t{1} << 30))
-            throw Error(source + ": vocabulary entry '" + token + "' has no valid id");
-        out.emplace_back(token, id.get<int32_t>());
-    }
+    for (const auto& [token, id] : vocab.items())
+        out.emplace_back(token, static_cast<int32_t>(json_integer(id, 0, id_limit - 1,
+                                                                  source + ": the id of vocabulary entry '" + token + "'")));
     return out;
 }
 

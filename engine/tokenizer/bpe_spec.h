@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/model_config.h"
 #include "engine/tokenizer/bpe_added_tokens.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/bpe_pretokenizer.h"
@@ -24,17 +25,23 @@ struct BpeTokenizerSpec {
     std::vector<int32_t> prefix_ids;  // what the post-processor puts in front of the text (encode's add_bos)
 };
 
+// The largest tokenizer file read (Gemma 3's tokenizer.json is about 33 MB).
+inline constexpr size_t kMaxTokenizerFileBytes = size_t{256} << 20;
+
 // HF tokenizer.json: a BPE model over the byte-level alphabet with the components BpeTokenizer implements;
-// anything else is a kvx::Error naming the component.
-BpeTokenizerSpec read_hf_tokenizer_json(const std::string& path);
+// anything else is a kvx::Error naming the component. Every token id must be below id_limit (the model's
+// vocabulary size where there is a model): BpeTokenizer's tables are as long as the largest id, so an id is
+// checked before anything is sized by it.
+BpeTokenizerSpec read_hf_tokenizer_json(const std::string& path, int64_t id_limit = ConfigLimits::vocab_size);
 
 // GPT-2's own files: encoder.json (token -> id) and vocab.bpe (a "#version" line, then one merge "a b" per
 // line in rank order), with GPT-2's pre-tokenizer and <|endoftext|> as its special token.
-BpeTokenizerSpec read_gpt2_tokenizer(const std::string& encoder_path, const std::string& merges_path);
+BpeTokenizerSpec read_gpt2_tokenizer(const std::string& encoder_path, const std::string& merges_path,
+                                     int64_t id_limit = ConfigLimits::vocab_size);
 
 // Shared by both readers.
-nlohmann::json read_json_file(const std::string& path, const std::string& source);
-std::vector<std::pair<std::string, int32_t>> read_vocab(const nlohmann::json& vocab, const std::string& source);
+std::vector<std::pair<std::string, int32_t>> read_vocab(const nlohmann::json& vocab, const std::string& source,
+                                                        int64_t id_limit);
 // "a b" -> {a, b}; a line that is not two parts around one space is an error naming its rank.
 std::pair<std::string, std::string> split_merge(std::string_view line, size_t rank, const std::string& source);
 // ByteLevel's steps: PrefixSpace when add_prefix_space, then GPT-2's pattern, Isolated, when use_regex.

@@ -1,5 +1,6 @@
 #include "engine/tokenizer/load_tokenizer.h"
 
+#include "engine/model/regular_file.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
 #include "engine/tokenizer/tokenizer_llama2c.h"
 #include "kernels/error.h"
@@ -30,13 +31,14 @@ void check_fits(const BpeTokenizer& t, int vocab_size) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir, const ModelConfig& config) {
     if (config.tokenizer_type.empty())
         throw Error("the model in '" + model_dir + "' has no tokenizer: pass token ids instead of text");
-    const std::string path = model_dir + "/" + config.tokenizer_file;
+    const std::string path = file_inside(model_dir, config.tokenizer_file, "tokenizer.file");
     if (config.tokenizer_type == "llama2c") return std::make_unique<Llama2cAdapter>(path, config);
     std::unique_ptr<BpeTokenizer> bpe;
     if (config.tokenizer_type == "bpe")
         bpe = std::make_unique<BpeTokenizer>(read_hf_tokenizer_json(path));
     else if (config.tokenizer_type == "gpt2")
-        bpe = std::make_unique<BpeTokenizer>(read_gpt2_tokenizer(path, model_dir + "/" + config.tokenizer_merges_file));
+        bpe = std::make_unique<BpeTokenizer>(
+            read_gpt2_tokenizer(path, file_inside(model_dir, config.tokenizer_merges_file, "tokenizer.merges_file")));
     else
         throw Error("unsupported tokenizer type '" + config.tokenizer_type + "'");
     check_fits(*bpe, config.vocab_size);

@@ -1,0 +1,197 @@
+// A model folder from the internet, written by someone hostile or careless: every field of config.json
+// checked by type and range, products that would overflow refused, files confined to the folder, FIFOs and
+// directories refused without blocking, JSON nested too deep refused before it is walked, and no error message
+// that shows the bytes of a file kvx should not have read. Each case is a regression of a crash, a hang, an
+// allocation or a silent coercion found in review; the expected message is the one kvx gives now.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/model/json_file.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "engine/tokenizer/load_tokenizer.h"
+#include "kernels/error.h"
+
+namespace kvx {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Folder {
+    fs::path path = fs::temp_directory_path() / ("kvx_model_folder_" + std::to_string(::getpid()));
+    Folder() {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~Folder() { fs::remove_all(path); }
+    void write(const std::string& name, const std::string& bytes) const {
+        std::ofstream(path / name, std::ios::binary) << bytes;
+    }
+    std::string str() const { return path.string(); }
+};
+
+json valid_config() {
+    return {{"format", "kvx-model"}, {"format_version", 1}, {"architecture", "llama"}, {"dim", 8},
+            {"hidden_dim", 16}, {"n_layers", 2}, {"n_heads", 2}, {"n_kv_heads", 1}, {"head_dim", 4},
+            {"vocab_size", 32}, {"max_seq_len", 64}, {"norm_eps", 1e-5}, {"rope_style", "half"},
+            {"tied_embeddings", true}, {"bos_token_id", 1}, {"eos_token_ids", {2}},
+            {"weights", {{"file", "model.safetensors"}, {"dtype", "f32"}}},
+            {"tokenizer", {{"type", "bpe"}, {"file", "tokenizer.json"}}}};
+}
+
+// config.json with path = value set (a.b for a nested field; value null removes it), loaded.
+void load_with(const Folder& f, const std::string& path, const json& value) {
+    json config = valid_config();
+    const size_t dot = path.find('.');
+    json& field = dot == std::string::npos ? config[path] : config[path.substr(0, dot)][path.substr(dot + 1)];
+    field = value;
+    f.write("config.json", config.dump());
+    load_model_config(f.str());
+}
+
+TEST_CASE("config.json fields of the wrong type or range are refused, never coerced", "[model][config][errors]") {
+    const Folder f;
+    f.write("config.json", valid_config().dump());
+    CHECK_NOTHROW(load_model_config(f.str()));
+    const struct {
+        const char* field;
+        json value;
+        const char* message;
+    } cases[] = {
+        // Each alone fits an int; their product does not, and RoPE wrote past the query buffer.
+        {"n_heads", 65536, "'n_heads' must be an integer from 1 to 1024, not 65536"},
+        {"head_dim", 65536, "'head_dim' must be an integer from 1 to 4096, not 65536"},
+        {"max_seq_len", 1 << 30, "'max_seq_len' must be an integer from 1 to 16777216, not 1073741824"},
+        {"dim", "64", "'dim' must be an integer from 1 to 65536, not \"64\""},
+        {"dim", 8.5, "'dim' must be an integer from 1 to 65536, not 8.5"},
+        {"n_layers", nullptr, "'n_layers' must be an integer from 1 to 1024, not null"},
+        {"n_kv_heads", 3, "'n_kv_heads' must be an integer from 1 to 2, not 3"},
+        {"bos_token_id", 1e20, "'bos_token_id' must be an integer from -1 to 31, not 1e+20"},
+        {"bos_token_id", 32, "'bos_token_id' must be an integer from -1 to 31, not 32"},
+        {"eos_token_ids", json::array({2.7}), "'eos_token_ids' must be an integer from 0 to 31, not 2.7"},
+        {"eos_token_ids", json::array({4294967298}), "'eos_token_ids' must be an integer from 0 to 31, not 4294967298"},
+        {"eos_token_ids", 2, "'eos_token_ids' must be a list, not 2"},
+        {"norm_eps", -1e-5, "'norm_eps' must be a number above 0 and below 1, not -1e-05"},
+        {"norm_eps", "tiny", "'norm_eps' must be a number above 0 and below 1, not \"tiny\""},
+        {"tied_embeddings", "yes", "'tied_embeddings' must be true or false, not \"yes\""},
+        {"architecture", 3, "'architecture' must be a string, not 3"},
+        {"architecture", "mamba", "'architecture' = 'mamba' is not a family kvx runs (llama, gpt2)"},
+        {"rope_style", "interleaved", "'rope_style' must be \"half\""},
+        {"weights", "model.safetensors", "'weights' must be an object, not \"model.safetensors\""},
+        {"weights.dtype", "bf16", "'weights.dtype' = 'bf16' is not a dtype kvx reads (f32, f16)"},
+        {"tokenizer.file", 7, "'tokenizer.file' must be a string, not 7"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.field << " = " << c.value.dump());
+        CHECK_THROWS_WITH(load_with(f, c.field, c.value),
+                          Catch::Contains("model config '" + f.str() + "/config.json': " + c.message));
+    }
+}
+
+TEST_CASE("a product of config fields beyond what kvx counts in int is refused", "[model][config][errors]") {
+    const Folder f;
+    json config = valid_config();
+    config["n_heads"] = 1024;
+    config["n_kv_heads"] = 1;
+    config["head_dim"] = 4096;
+    f.write("config.json", config.dump());
+    CHECK_THROWS_WITH(load_model_config(f.str()),
+                      Catch::Contains("'n_heads' x 'head_dim' = 4194304 is more than 262144"));
+}
+
+TEST_CASE("files a config names stay inside the model folder", "[model][config][errors]") {
+    const Folder f;
+    fs::create_directories(f.path / "sub");
+    f.write("sub/model.safetensors", "");
+    fs::create_symlink("/etc/passwd", f.path / "link.safetensors");
+    const struct {
+        const char* field;
+        const char* name;
+        const char* message;
+    } cases[] = {
+        {"weights.file", "../../../etc/passwd", "'weights.file' = '../../../etc/passwd' leaves the model folder"},
+        {"weights.file", "sub/../../x", "leaves the model folder ('..')"},
+        {"weights.file", "/etc/passwd", "'weights.file' = '/etc/passwd' is an absolute path"},
+        {"weights.file", "link.safetensors", "'weights.file' = 'link.safetensors' leads outside the model folder"},
+        {"weights.file", "", "'weights.file' = '' is empty"},
+        {"tokenizer.file", "../tokenizer.json", "'tokenizer.file' = '../tokenizer.json' leaves the model folder"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.field << " = " << c.name);
+        CHECK_THROWS_WITH(load_with(f, c.field, c.name), Catch::Contains(c.message));
+    }
+    CHECK_NOTHROW(load_with(f, "weights.file", "sub/model.safetensors"));  // a subfolder is inside
+}
+
+TEST_CASE("a FIFO or a folder in place of a model file is refused at once", "[model][errors]") {
+    const Folder f;
+    REQUIRE(::mkfifo((f.path / "config.json").c_str(), 0600) == 0);  // a reader would wait for a writer forever
+    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("config.json' is not a regular file"));
+    fs::remove(f.path / "config.json");
+    f.write("config.json", valid_config().dump());
+    REQUIRE(::mkfifo((f.path / "model.safetensors").c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(load_model(f.str()), Catch::Contains("model.safetensors' is not a regular file"));
+    REQUIRE(::mkfifo((f.path / "tokenizer.json").c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(load_tokenizer(f.str(), load_model_config(f.str())),
+                      Catch::Contains("tokenizer.json' is not a regular file"));
+    fs::remove(f.path / "tokenizer.json");
+    fs::create_directories(f.path / "tokenizer.json");
+    CHECK_THROWS_WITH(load_tokenizer(f.str(), load_model_config(f.str())),
+                      Catch::Contains("tokenizer.json' is a directory"));
+}
+
+TEST_CASE("JSON nested deeper than 64 levels is refused before it is walked", "[model][json][errors]") {
+    // A million levels parsed fine, then overflowed the stack when the tokenizer reader copied the value.
+    const Folder f;
+    f.write("config.json", valid_config().dump());
+    const std::string deep = "{\"model\":" + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+    f.write("tokenizer.json", deep);
+    CHECK_THROWS_WITH(load_tokenizer(f.str(), load_model_config(f.str())),
+                      Catch::Contains("tokenizer '" + f.str() + "/tokenizer.json' nests deeper than 64 levels"));
+    f.write("config.json", "{\"format\":" + std::string(100, '[') + std::string(100, ']') + "}");
+    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("nests deeper than 64 levels"));
+    // The limit itself: 64 levels parse, 65 do not.
+    CHECK_NOTHROW(parse_json(std::string(64, '[') + std::string(64, ']'), "text"));
+    CHECK_THROWS_WITH(parse_json(std::string(65, '[') + std::string(65, ']'), "text"),
+                      "text nests deeper than 64 levels");
+}
+
+TEST_CASE("a tokenizer.json id far beyond any vocabulary is refused before tables are sized by it",
+          "[model][tokenizer][errors]") {
+    const Folder f;
+    f.write("config.json", valid_config().dump());
+    const json tokenizer = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 1 << 27}}}, {"merges", json::array()}}},
+                            {"pre_tokenizer", {{"type", "ByteLevel"}}},
+                            {"decoder", {{"type", "ByteLevel"}}}};
+    f.write("tokenizer.json", tokenizer.dump());
+    CHECK_THROWS_WITH(load_tokenizer(f.str(), load_model_config(f.str())),
+                      Catch::Contains("the id of vocabulary entry 'a' must be an integer from 0 to 4194303, not 134217728"));
+}
+
+TEST_CASE("a weights file that is not safetensors is refused without showing its bytes", "[model][errors]") {
+    const Folder f;
+    f.write("config.json", valid_config().dump());
+    f.write("model.safetensors", "root:x:0:0:root:/root:/bin/bash\n");
+    uint64_t first_eight = 0;
+    std::memcpy(&first_eight, "root:x:0", 8);
+    try {
+        load_model(f.str());
+        FAIL("a text file loaded as weights");
+    } catch (const Error& e) {
+        const std::string message = e.what();
+        CHECK_THAT(message, Catch::Contains("its header length exceeds the file of 32 bytes"));
+        CHECK_THAT(message, !Catch::Contains(std::to_string(first_eight)));
+    }
+}
+
+}  // namespace
+}  // namespace kvx
