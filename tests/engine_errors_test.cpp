@@ -1,9 +1,12 @@
 // Bad requests to the engine and bad model files: a clear kvx::Error that names the problem, and nothing
 // changed or leaked.
 #include <catch2/catch.hpp>
-#include <filesystem>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "cpu/backend/cpu_backend.h"
@@ -112,6 +115,18 @@ TEST_CASE("engine refuses what does not fit and changes nothing", "[engine][erro
     }
 }
 
+// Element `index` of tensor `name` in a safetensors file set to `value`, where the file's header says it lies.
+static void overwrite_float(const std::string& weights, const std::string& name, size_t index, float value) {
+    std::fstream file(weights, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_len = 0;
+    file.read(reinterpret_cast<char*>(&header_len), 8);
+    std::string header(header_len, '\0');
+    file.read(header.data(), static_cast<std::streamsize>(header_len));
+    const auto begin = nlohmann::json::parse(header)[name]["data_offsets"][0].get<uint64_t>();
+    file.seekp(static_cast<std::streamoff>(8 + header_len + begin + index * sizeof(float)));
+    file.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
 TEST_CASE("damaged model directories are refused by name", "[engine][errors]") {
     const Fixture f = load_fixture("stories260K");
     const std::string dir = scratch_copy(f, "damaged");
@@ -153,6 +168,17 @@ TEST_CASE("damaged model directories are refused by name", "[engine][errors]") {
     }
     SECTION("a missing model") {
         CHECK_THROWS_WITH(load_model(dir + "/nowhere"), Catch::Contains("no model at"));
+    }
+    SECTION("a NaN rope frequency, refused at load") {
+        overwrite_float(weights, "rope_inv_freq", 3, std::nanf(""));
+        CHECK_THROWS_WITH(load_model(dir), Catch::Contains("rope_inv_freq[3] is not a finite number"));
+    }
+    SECTION("NaN and infinite weights, refused by the full check (kvx --check-weights)") {
+        overwrite_float(weights, "layers.1.wq", 17, std::numeric_limits<float>::infinity());
+        overwrite_float(weights, "layers.1.wq", 40, std::nanf(""));
+        const Model model = load_model(dir);  // a matrix is not read at load: only the check reads it all
+        CHECK_THROWS_WITH(check_weights_finite(model),
+                          Catch::Contains("tensor 'layers.1.wq' holds 2 non-finite values (NaN or infinity) of 4096"));
     }
     SECTION("a tokenizer that does not fit the vocabulary") {
         truncate_file(dir + "/tokenizer.bin", fs::file_size(dir + "/tokenizer.bin") - 7);

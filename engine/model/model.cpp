@@ -1,5 +1,6 @@
 #include "engine/model/model.h"
 
+#include <cmath>
 #include <set>
 
 #include "engine/model/regular_file.h"
@@ -77,7 +78,14 @@ Model load_model(const std::string& model_dir) {
     const ArchitectureTraits& t = c.traits;
 
     m.tok_embeddings = w.matrix("tok_embeddings", c.vocab_size, dim);
-    if (t.rotary()) m.rope_inv_freq = w.vector("rope_inv_freq", c.head_dim / 2);
+    if (t.rotary()) {
+        m.rope_inv_freq = w.vector("rope_inv_freq", c.head_dim / 2);
+        // Checked always (head_dim / 2 floats): a NaN frequency turns every position's rotation into NaN.
+        for (int i = 0; i < c.head_dim / 2; ++i)
+            if (!std::isfinite(m.rope_inv_freq[i]))
+                throw Error("weights file '" + m.weights->path() + "': rope_inv_freq[" + std::to_string(i) +
+                            "] is not a finite number");
+    }
     if (t.learned_positions()) m.pos_embeddings = w.matrix("pos_embeddings", c.max_seq_len, dim);
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
@@ -103,6 +111,24 @@ Model load_model(const std::string& model_dir) {
     }
     w.check_all_taken();
     return m;
+}
+
+void check_weights_finite(const Model& model) {
+    for (const auto& [name, t] : model.weights->tensors()) {
+        size_t non_finite = 0;
+        const size_t count = t.nbytes / (t.dtype == "F16" ? 2 : 4);
+        if (t.dtype == "F32") {
+            const float* v = reinterpret_cast<const float*>(t.data);
+            for (size_t i = 0; i < count; ++i) non_finite += std::isfinite(v[i]) ? 0 : 1;
+        } else if (t.dtype == "F16") {
+            // fp16 with an all-ones exponent is an infinity or a NaN.
+            const uint16_t* v = reinterpret_cast<const uint16_t*>(t.data);
+            for (size_t i = 0; i < count; ++i) non_finite += (v[i] & 0x7c00u) == 0x7c00u ? 1 : 0;
+        }
+        if (non_finite > 0)
+            throw Error("weights file '" + model.weights->path() + "': tensor '" + name + "' holds " +
+                        std::to_string(non_finite) + " non-finite values (NaN or infinity) of " + std::to_string(count));
+    }
 }
 
 }  // namespace kvx

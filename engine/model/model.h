@@ -66,4 +66,9 @@ struct Model {
 // tensor the architecture does not use.
 Model load_model(const std::string& model_dir);
 
+// Throws kvx::Error naming the first tensor of the weights file that holds a NaN or an infinity, and how many.
+// A full read of every weight (kvx --check-weights; the converter checks by default): a model that computes
+// NaN otherwise runs and prints garbage.
+void check_weights_finite(const Model& model);
+
 }  // namespace kvx

@@ -71,6 +71,9 @@ void add_run_options(CLI::App& command, RunOptions& o) {
                        "reads; attention still computes in fp32)")
         ->capture_default_str();
     command.add_option("--device", o.device, "Where the model runs: cpu, or cuda (GPU 0)")->capture_default_str();
+    command.add_flag("--check-weights", o.check_weights,
+                     "Read every weight before running and refuse the model if one is NaN or infinite (the "
+                     "converter checks this when it writes a model)");
     command.add_option("--simd", o.simd,
                        "CPU kernels: auto, avx512, avx2, portable, or reference (the plain fp32 oracle); "
                        "the KVX_SIMD environment variable sets the default")
@@ -94,6 +97,7 @@ LoadedModel load_model_for_run(const RunOptions& options) {
     if (options.threads > 0) omp_set_num_threads(options.threads);
     LoadedModel loaded;
     loaded.model = std::make_unique<Model>(load_model(resolve_model_dir(options.model_dir)));
+    if (options.check_weights) check_weights_finite(*loaded.model);
     return loaded;
 }
 

@@ -20,6 +20,7 @@ struct RunOptions {
     int context = 0;                // 0 = the model's max_seq_len
     int block_size = 16;
     std::string kv_dtype = "f32";   // f32 | f16: what the KV cache stores
+    bool check_weights = false;     // read every weight for NaN and infinity before running
 };
 
 void add_run_options(CLI::App& command, RunOptions& options);
