@@ -127,6 +127,15 @@ static void overwrite_float(const std::string& weights, const std::string& name,
     file.write(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
+TEST_CASE("a KV pool larger than the memory available is refused before it is allocated", "[engine][errors]") {
+    // INT32_MAX blocks of stories260K's 20 KB: 44 TB, refused by its size rather than by the system killing
+    // kvx as the zero-filled pages were touched.
+    const Model model = load_model(load_fixture("stories260K").model_dir);
+    CHECK_THROWS_WITH(make_engine(model, 0, 16, INT32_MAX),
+                      Catch::Contains("the KV cache needs 43980465090560 bytes, more than the") &&
+                          Catch::Contains("bytes of memory available (lower -c"));
+}
+
 TEST_CASE("damaged model directories are refused by name", "[engine][errors]") {
     const Fixture f = load_fixture("stories260K");
     const std::string dir = scratch_copy(f, "damaged");

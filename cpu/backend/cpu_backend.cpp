@@ -1,12 +1,32 @@
 #include "cpu/backend/cpu_backend.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
 
 #include "kernels/error.h"
 
 namespace kvx::cpu {
+namespace {
+
+// MemAvailable of /proc/meminfo (memory the system can give without swapping), else all physical memory.
+size_t available_memory_bytes() {
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string key; meminfo >> key;) {
+        size_t kib = 0;
+        if (key == "MemAvailable:" && meminfo >> kib) return kib * 1024;
+        meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGE_SIZE));
+}
+
+}  // namespace
 
 CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(model), kernels_(kernels) {
     const ArchitectureTraits& t = model.config.traits;
@@ -26,6 +46,14 @@ void CpuBackend::allocate_kv(const DecoderPlan& plan) {
     const KvLayout& kv = plan.kv();
     if (kv.dtype == KvDtype::f16 && !kernels_.kv_append_f16)
         throw Error(std::string("the kernel table '") + kernels_.name + "' has no kv_append_f16 (fp16 KV cache) kernel");
+    // Asked before allocating: the pools are zero-filled, so a pool larger than the memory left would not fail
+    // cleanly but have the system kill kvx (or swap) as the pages are touched.
+    size_t total = 0;  // saturating: a thousand layers of 2^59-byte pools do not wrap to a small number
+    for (size_t layer = 0; layer < kv.layer_group.size(); ++layer)
+        total = std::min(total + 2 * kv.layer_pool_bytes(layer), std::numeric_limits<size_t>::max() / 4);
+    if (const size_t available = available_memory_bytes(); total > available)
+        throw Error("the KV cache needs " + std::to_string(total) + " bytes, more than the " + std::to_string(available) +
+                    " bytes of memory available (lower -c, or use --kv-dtype f16)");
     plan_ = plan;
     k_cache_.clear();
     v_cache_.clear();

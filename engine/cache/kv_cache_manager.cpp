@@ -5,15 +5,20 @@
 #include "kernels/error.h"
 
 namespace kvx {
-namespace {
 
-// Checked before any member is built from it.
-const KvCacheConfig& validated(const KvCacheConfig& c) {
+void check_kv_cache_config(const KvCacheConfig& c) {
     if (c.block_size < 1 || c.block_size > 256 || (c.block_size & (c.block_size - 1)) != 0)
         throw Error("block size " + std::to_string(c.block_size) + " is invalid: use a power of two from 1 to 256");
     if (c.num_blocks <= 0) throw Error("the KV block pool needs at least one block");
     if (c.window < 0)
         throw Error("sliding window of " + std::to_string(c.window) + " tokens is invalid: use 0 (full attention) or more");
+}
+
+namespace {
+
+// Checked before any member is built from it.
+const KvCacheConfig& validated(const KvCacheConfig& c) {
+    check_kv_cache_config(c);
     return c;
 }
 

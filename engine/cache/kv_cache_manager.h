@@ -71,6 +71,10 @@ struct KvCacheConfig {
     BlockHashFn block_hash = hash_block_tokens;  // tests inject colliding ones
 };
 
+// Throws kvx::Error for a block size that is not a power of two from 1 to 256, an empty pool or a negative
+// window: what KvCacheManager refuses, asked before anything is sized by the config.
+void check_kv_cache_config(const KvCacheConfig& config);
+
 class KvCacheManager {
 public:
     explicit KvCacheManager(const KvCacheConfig& config);

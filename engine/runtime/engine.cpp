@@ -41,10 +41,13 @@ std::vector<LayerGroupSpec> engine_groups(const ModelConfig& config, int32_t con
     return groups;
 }
 
-std::vector<LayerGroupSpec> group_specs(const KvCacheGroups& cache) {
-    std::vector<LayerGroupSpec> specs;
-    for (size_t g = 0; g < cache.num_groups(); ++g) specs.push_back(cache.spec(g));
-    return specs;
+// The pools are allocated (and a pool the backend cannot hold refused) before the cache's bookkeeping is built:
+// that is sized by the block count too, and should not be what finds out that the count is absurd.
+KvCacheGroups cache_after_pools(Backend& backend, const DecoderPlan& plan) {
+    for (const LayerGroupSpec& group : plan.kv().groups)
+        check_kv_cache_config({group.num_blocks, plan.kv().block_size, group.window});
+    backend.allocate_kv(plan);
+    return KvCacheGroups(plan.kv().block_size, plan.kv().groups);
 }
 
 }  // namespace
@@ -54,10 +57,8 @@ Engine::Engine(const ModelConfig& config, std::unique_ptr<Backend> backend, cons
       context_(resolve_context(config, options)),
       max_chunk_(resolve_max_chunk(context_, options)),
       vocab_size_(config.vocab_size),
-      cache_(options.block_size, engine_groups(config, context_, max_chunk_, options)),
-      plan_(config, group_specs(cache_), cache_.block_size(), options.kv_dtype) {
-    backend_->allocate_kv(plan_);
-}
+      plan_(config, engine_groups(config, context_, max_chunk_, options), options.block_size, options.kv_dtype),
+      cache_(cache_after_pools(*backend_, plan_)) {}
 
 std::vector<KvCacheUsage> Engine::cache_usage_by_group() const {
     std::vector<size_t> bytes;

@@ -89,8 +89,8 @@ private:
     int32_t context_;
     int32_t max_chunk_;
     int32_t vocab_size_;
-    KvCacheGroups cache_;
     DecoderPlan plan_;                            // of cache_, as the backend was given it
+    KvCacheGroups cache_;
     ForwardBatch batch_;                          // reused between calls
     std::vector<std::vector<BlockCopy>> copies_;  // [n_groups], reused between calls
     std::vector<int64_t> seq_slots_;              // [n_groups][tokens of one input], reused between calls
