@@ -1,42 +1,22 @@
 #include "engine/tokenizer/tokenizer_llama2c.h"
 
-#include <cstdio>
-#include <cstring>
-#include <fstream>
+#include <algorithm>
 #include <limits>
 
+#include "engine/tokenizer/tokenizer_llama2c_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
 
 Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id) : bos_id_(bos_id) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot open tokenizer '" + path + "'");
-    auto read_exact = [&](void* dst, size_t n) { return static_cast<bool>(in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n))); };
-    int32_t max_token_length = 0;
-    if (!read_exact(&max_token_length, 4) || max_token_length <= 0)
-        throw Error("tokenizer '" + path + "' is truncated or not a llama2.c tokenizer");
-    while (in.peek() != EOF) {
-        float score = 0;
-        int32_t len = 0;
-        if (!read_exact(&score, 4) || !read_exact(&len, 4) || len < 0 || len > max_token_length)
-            throw Error("tokenizer '" + path + "' is truncated or corrupt at piece " + std::to_string(pieces_.size()));
-        std::string piece(static_cast<size_t>(len), '\0');
-        if (len > 0 && !read_exact(piece.data(), piece.size()))
-            throw Error("tokenizer '" + path + "' is truncated or corrupt at piece " + std::to_string(pieces_.size()));
-        pieces_.push_back(std::move(piece));
-        scores_.push_back(score);
-    }
-    if (static_cast<int>(pieces_.size()) != vocab_size)
-        throw Error("tokenizer '" + path + "' has " + std::to_string(pieces_.size()) +
-                    " pieces but the model's vocabulary has " + std::to_string(vocab_size));
+    Llama2cVocabulary vocab = read_llama2c_vocabulary(path, vocab_size);
+    pieces_ = std::move(vocab.pieces);
+    scores_ = std::move(vocab.scores);
     std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
     for (size_t id = 0; id < pieces_.size(); ++id) {
         ids_.emplace(pieces_[id], static_cast<int32_t>(id));
-        unsigned byte = 0;
-        const std::string& p = pieces_[id];
-        if (p.size() == 6 && std::sscanf(p.c_str(), "<0x%02X>", &byte) == 1 && byte_ids_[byte] < 0)
-            byte_ids_[byte] = static_cast<int32_t>(id);
+        const int byte = parse_byte_piece(pieces_[id]);
+        if (byte >= 0 && byte_ids_[byte] < 0) byte_ids_[byte] = static_cast<int32_t>(id);
     }
 }
 
@@ -105,8 +85,8 @@ std::string Llama2cTokenizer::decode(int32_t prev_token, int32_t token) const {
     if (token == bos_id_) return {};  // a marker, not text
     std::string_view p = piece(token);
     if (prev_token == bos_id_ && !p.empty() && p[0] == ' ') p.remove_prefix(1);
-    unsigned byte = 0;
-    if (p.size() == 6 && std::sscanf(std::string(p).c_str(), "<0x%02X>", &byte) == 1) {
+    const int byte = parse_byte_piece(p);
+    if (byte >= 0) {
         const bool control = byte < 0x20 || byte == 0x7F;
         const bool whitespace = byte == '\t' || byte == '\n' || byte == '\r' || byte == '\v' || byte == '\f';
         if (control && !whitespace) return {};

@@ -1,7 +1,6 @@
 // The llama2.c tokenizer (tok512.bin and friends): a SentencePiece-style BPE vocabulary with one score per
-// piece, merged greedily by score, with byte-fallback pieces <0x00>..<0xFF>.
-//
-// File layout: int32 max_token_length, then per token: float score, int32 byte length, the bytes.
+// piece, merged greedily by score, with byte-fallback pieces <0x00>..<0xFF>. The file and the rules its
+// reader follows are in tokenizer_llama2c_file.h.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +13,9 @@ namespace kvx {
 
 class Llama2cTokenizer {
 public:
-    // Throws kvx::Error if the file is missing, truncated, or holds a number of pieces other than
-    // vocab_size (a tokenizer that does not fit the model).
+    // Throws kvx::Error if the file is missing, not a regular file, too large, truncated, corrupt (a length
+    // out of range, a non-finite score), or holds a number of pieces other than vocab_size (a tokenizer
+    // that does not fit the model).
     Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id);
 
     // Prepends BOS when asked; a non-empty text gets SentencePiece's dummy-prefix space first.
@@ -33,9 +33,9 @@ private:
     int32_t lookup(std::string_view piece) const;  // -1 when the piece is not in the vocabulary
 
     std::vector<std::string> pieces_;             // [vocab_size]
-    std::vector<float> scores_;                   // [vocab_size] merge priority, higher first
+    std::vector<float> scores_;                   // [vocab_size] merge priority, higher first; finite
     std::unordered_map<std::string, int32_t> ids_;  // piece -> lowest id holding it
-    int32_t byte_ids_[256];                       // id of <0xNN>, or -1
+    int32_t byte_ids_[256];                       // [byte] id of <0xNN>, or -1
     int bos_id_;
 };
 
