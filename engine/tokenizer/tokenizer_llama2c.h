@@ -46,7 +46,7 @@ private:
 
     std::vector<std::string> pieces_;  // [vocab_size]
     std::vector<float> scores_;        // [vocab_size] merge priority, higher first; finite
-    size_t max_piece_bytes_ = 0;       // no longer union of two pieces can be a piece
+    size_t max_piece_bytes_ = 0;       // the longest piece: a longer pair cannot merge
     std::unordered_map<std::string, int32_t, PieceHash, std::equal_to<>> ids_;  // piece -> lowest id holding it
     int32_t byte_ids_[256];            // [byte] id of <0xNN>, or -1
     int bos_id_;
