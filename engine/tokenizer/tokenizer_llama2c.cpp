@@ -1,47 +1,29 @@
 #include "engine/tokenizer/tokenizer_llama2c.h"
 
-#include <cstdio>
-#include <cstring>
-#include <fstream>
+#include <algorithm>
 #include <limits>
+#include <queue>
 
+#include "engine/tokenizer/tokenizer_llama2c_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
 
 Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id) : bos_id_(bos_id) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot open tokenizer '" + path + "'");
-    auto read_exact = [&](void* dst, size_t n) { return static_cast<bool>(in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n))); };
-    int32_t max_token_length = 0;
-    if (!read_exact(&max_token_length, 4) || max_token_length <= 0)
-        throw Error("tokenizer '" + path + "' is truncated or not a llama2.c tokenizer");
-    while (in.peek() != EOF) {
-        float score = 0;
-        int32_t len = 0;
-        if (!read_exact(&score, 4) || !read_exact(&len, 4) || len < 0 || len > max_token_length)
-            throw Error("tokenizer '" + path + "' is truncated or corrupt at piece " + std::to_string(pieces_.size()));
-        std::string piece(static_cast<size_t>(len), '\0');
-        if (len > 0 && !read_exact(piece.data(), piece.size()))
-            throw Error("tokenizer '" + path + "' is truncated or corrupt at piece " + std::to_string(pieces_.size()));
-        pieces_.push_back(std::move(piece));
-        scores_.push_back(score);
-    }
-    if (static_cast<int>(pieces_.size()) != vocab_size)
-        throw Error("tokenizer '" + path + "' has " + std::to_string(pieces_.size()) +
-                    " pieces but the model's vocabulary has " + std::to_string(vocab_size));
+    Llama2cVocabulary vocab = read_llama2c_vocabulary(path, vocab_size);
+    pieces_ = std::move(vocab.pieces);
+    scores_ = std::move(vocab.scores);
+    max_piece_bytes_ = vocab.max_piece_bytes;
     std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
     for (size_t id = 0; id < pieces_.size(); ++id) {
         ids_.emplace(pieces_[id], static_cast<int32_t>(id));
-        unsigned byte = 0;
-        const std::string& p = pieces_[id];
-        if (p.size() == 6 && std::sscanf(p.c_str(), "<0x%02X>", &byte) == 1 && byte_ids_[byte] < 0)
-            byte_ids_[byte] = static_cast<int32_t>(id);
+        const int byte = parse_byte_piece(pieces_[id]);
+        if (byte >= 0 && byte_ids_[byte] < 0) byte_ids_[byte] = static_cast<int32_t>(id);
     }
 }
 
 int32_t Llama2cTokenizer::lookup(std::string_view piece) const {
-    auto it = ids_.find(std::string(piece));
+    auto it = ids_.find(piece);
     return it == ids_.end() ? -1 : it->second;
 }
 
@@ -49,8 +31,18 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_bo
     std::vector<int32_t> tokens;
     if (add_bos && bos_id_ >= 0) tokens.push_back(bos_id_);
     if (text.empty()) return tokens;
-    const size_t first = tokens.size();
+    // The merge numbers symbols with int32 (half the memory of size_t); a text has at most one per byte.
+    if (text.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+        throw Error("a text of " + std::to_string(text.size()) + " bytes is too long to tokenise at once");
+    std::vector<int32_t> merged = split(text);
+    merge(merged);
+    tokens.insert(tokens.end(), merged.begin(), merged.end());
+    return tokens;
+}
 
+std::vector<int32_t> Llama2cTokenizer::split(std::string_view text) const {
+    std::vector<int32_t> tokens;
+    tokens.reserve(text.size() + 1);
     // SentencePiece adds a space in front of the text so that its first word is tokenised like any other.
     const int32_t space = lookup(" ");
     if (space >= 0) tokens.push_back(space);
@@ -77,36 +69,99 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_bo
         }
         i += len;
     }
-
-    // Merge the adjacent pair whose union scores highest, until no pair is in the vocabulary.
-    std::string merged;
-    for (;;) {
-        float best_score = -std::numeric_limits<float>::infinity();
-        int32_t best_id = -1;
-        size_t best_at = 0;
-        for (size_t i = first; i + 1 < tokens.size(); ++i) {
-            merged = piece(tokens[i]);
-            merged += piece(tokens[i + 1]);
-            const int32_t id = lookup(merged);
-            if (id >= 0 && scores_[static_cast<size_t>(id)] > best_score) {
-                best_score = scores_[static_cast<size_t>(id)];
-                best_id = id;
-                best_at = i;
-            }
-        }
-        if (best_id < 0) break;
-        tokens[best_at] = best_id;
-        tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
-    }
     return tokens;
+}
+
+namespace {
+
+// A symbol of the text being merged: a node of a doubly linked list kept in a vector in text order, so
+// that of two symbols the one with the smaller index is further left. A merge keeps the left node.
+struct Symbol {
+    int32_t token;
+    int32_t prev;  // -1 at the start
+    int32_t next;  // -1 at the end
+};
+
+// An adjacent pair whose union is a piece, as it was when queued. It is stale once either side has merged
+// with something else since: a merge changes a symbol's token (the union is longer than either piece, so
+// never the same piece) and unlinks its right neighbour.
+struct Candidate {
+    float score;        // of the merged piece
+    int32_t left;       // symbol indices
+    int32_t right;
+    int32_t left_token;  // the tokens when queued
+    int32_t right_token;
+    int32_t merged;     // the piece they make
+};
+
+// std::priority_queue pops its largest: the higher score, then the further left, which is the pair a
+// left-to-right scan keeping only strictly better scores picks.
+struct PopsFirst {
+    bool operator()(const Candidate& a, const Candidate& b) const {
+        return a.score != b.score ? a.score < b.score : a.left > b.left;
+    }
+};
+
+}  // namespace
+
+// The greedy merge of llama2.c's run.c (merge the best-scoring adjacent pair, the leftmost among equals,
+// until no pair is a piece), without its rescan of every pair after each merge. Every adjacent pair that
+// is a piece has a queue entry, made when the two became neighbours or either last changed; the best valid
+// entry is the pair the rescan would pick, and entries a merge has made stale are skipped when popped.
+// Each merge queues at most two pairs: O(n log n) for n symbols.
+void Llama2cTokenizer::merge(std::vector<int32_t>& tokens) const {
+    const auto n = static_cast<int32_t>(tokens.size());
+    std::vector<Symbol> symbols(tokens.size());  // [n]
+    for (int32_t i = 0; i < n; ++i) symbols[static_cast<size_t>(i)] = {tokens[static_cast<size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1};
+
+    std::string joined;  // the two pieces of a pair, reused
+    auto candidate = [&](int32_t left, int32_t right, Candidate& out) {
+        const Symbol& l = symbols[static_cast<size_t>(left)];
+        const Symbol& r = symbols[static_cast<size_t>(right)];
+        const std::string& a = pieces_[static_cast<size_t>(l.token)];
+        const std::string& b = pieces_[static_cast<size_t>(r.token)];
+        if (a.size() + b.size() > max_piece_bytes_) return false;
+        joined.assign(a).append(b);
+        const int32_t id = lookup(joined);
+        if (id < 0) return false;
+        out = {scores_[static_cast<size_t>(id)], left, right, l.token, r.token, id};
+        return true;
+    };
+
+    std::vector<Candidate> initial;  // [<= n - 1] the pairs of the unmerged text
+    initial.reserve(tokens.size());
+    for (int32_t i = 0; i + 1 < n; ++i)
+        if (Candidate c; candidate(i, i + 1, c)) initial.push_back(c);
+    std::priority_queue<Candidate, std::vector<Candidate>, PopsFirst> queue(PopsFirst{}, std::move(initial));
+    auto push = [&](int32_t left, int32_t right) {
+        if (Candidate c; candidate(left, right, c)) queue.push(c);
+    };
+
+    while (!queue.empty()) {
+        const Candidate c = queue.top();
+        queue.pop();
+        Symbol& l = symbols[static_cast<size_t>(c.left)];
+        Symbol& r = symbols[static_cast<size_t>(c.right)];
+        if (l.next != c.right || l.token != c.left_token || r.token != c.right_token) continue;  // stale
+        l.token = c.merged;
+        l.next = r.next;
+        if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = c.left;
+        r = {-1, -1, -1};  // unlinked; no valid entry names it again
+        if (l.prev >= 0) push(l.prev, c.left);
+        if (l.next >= 0) push(c.left, l.next);
+    }
+
+    tokens.clear();
+    for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = symbols[static_cast<size_t>(i)].next)  // symbol 0 is never unlinked
+        tokens.push_back(symbols[static_cast<size_t>(i)].token);
 }
 
 std::string Llama2cTokenizer::decode(int32_t prev_token, int32_t token) const {
     if (token == bos_id_) return {};  // a marker, not text
     std::string_view p = piece(token);
     if (prev_token == bos_id_ && !p.empty() && p[0] == ' ') p.remove_prefix(1);
-    unsigned byte = 0;
-    if (p.size() == 6 && std::sscanf(std::string(p).c_str(), "<0x%02X>", &byte) == 1) {
+    const int byte = parse_byte_piece(p);
+    if (byte >= 0) {
         const bool control = byte < 0x20 || byte == 0x7F;
         const bool whitespace = byte == '\t' || byte == '\n' || byte == '\r' || byte == '\v' || byte == '\f';
         if (control && !whitespace) return {};
