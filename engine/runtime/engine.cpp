@@ -1,6 +1,7 @@
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "kernels/error.h"
 
@@ -48,6 +49,22 @@ KvCacheGroups cache_after_pools(Backend& backend, const DecoderPlan& plan) {
         check_kv_cache_config({group.num_blocks, plan.kv().block_size, group.window});
     backend.allocate_kv(plan);
     return KvCacheGroups(plan.kv().block_size, plan.kv().groups);
+}
+
+// blocks_needed counts a copy for every sequence whose last, partly filled block is shared. Appended in one
+// pass, the last holder to append finds the block no longer shared and writes in place, so a block that only
+// sequences of this batch hold (beam search's children of one parent) costs one copy fewer than that count.
+int64_t shared_tails_held_only_by(const KvCacheGroups& cache, const std::vector<SequenceInput>& inputs, size_t g) {
+    const BlockPool& pool = cache.group(g).pool();
+    std::unordered_map<int32_t, int32_t> holders;  // shared tail block -> inputs whose tail it is
+    for (const SequenceInput& in : inputs) {
+        if (cache.length(in.seq) % cache.block_size() == 0) continue;  // a full tail is not written again
+        const int32_t tail = cache.block_table(in.seq, g).back();
+        if (pool.ref_count(tail) > 1) ++holders[tail];
+    }
+    int64_t fewer = 0;
+    for (const auto& [block, count] : holders) fewer += count == pool.ref_count(block) ? 1 : 0;
+    return fewer;
 }
 
 }  // namespace
@@ -158,6 +175,7 @@ size_t Engine::prepare_batch(const std::vector<SequenceInput>& inputs) {
         n_logit_rows += in.all_logits ? in.tokens.size() : 1;
     }
     for (size_t g = 0; g < n_groups; ++g) {
+        blocks_needed[g] -= shared_tails_held_only_by(cache_, inputs, g);
         const BlockPool& pool = cache_.group(g).pool();
         if (blocks_needed[g] > pool.num_available())
             throw Error("KV cache pool exhausted" +
