@@ -8,15 +8,12 @@ namespace {
 constexpr std::string_view kStart = "<|im_start|>";
 constexpr std::string_view kEnd = "<|im_end|>";
 
-std::string chatml_message(std::string_view role, std::string_view content) {
-    return std::string(kStart) + std::string(role) + "\n" + std::string(content) + std::string(kEnd) + "\n";
-}
 
 }  // namespace
 
 ChatSession::ChatSession(Engine& engine, const ModelConfig& config, const Tokenizer& tokenizer,
-                         std::optional<std::string> system)
-    : engine_(engine), tokenizer_(tokenizer) {
+                         std::optional<std::string> system, bool parse_special)
+    : engine_(engine), tokenizer_(tokenizer), parse_special_(parse_special) {
     if (!config.has_chat)
         throw Error("the model has no chat template (convert it with --chat-template FILE), so kvx cannot chat with it");
     if (config.chat.format.empty())
@@ -37,15 +34,23 @@ ChatSession::ChatSession(Engine& engine, const ModelConfig& config, const Tokeni
 
 ChatSession::~ChatSession() { engine_.free_sequence(seq_); }
 
+std::vector<ChatSession::Piece> ChatSession::turn_pieces(std::string_view user_message) const {
+    const std::string start(kStart), end(kEnd);
+    std::vector<Piece> pieces;
+    if (turns_ == 0) {
+        if (system_) pieces = {{start + "system\n", false}, {*system_, true}, {end + "\n", false}};
+    } else {
+        pieces.push_back({end + "\n", false});  // closes the previous answer, whose stop token was not appended
+    }
+    pieces.push_back({start + "user\n", false});
+    pieces.push_back({std::string(user_message), true});
+    pieces.push_back({end + "\n" + start + "assistant\n", false});
+    return pieces;
+}
+
 std::string ChatSession::turn_text(std::string_view user_message) const {
     std::string text;
-    if (turns_ == 0) {
-        if (system_) text += chatml_message("system", *system_);
-    } else {
-        text += std::string(kEnd) + "\n";  // closes the previous answer, whose stop token was not appended
-    }
-    text += chatml_message("user", user_message);
-    text += std::string(kStart) + "assistant\n";
+    for (const Piece& piece : turn_pieces(user_message)) text += piece.text;
     return text;
 }
 
@@ -53,8 +58,16 @@ std::vector<int32_t> ChatSession::turn_tokens(std::string_view user_message) con
     // The chat template has no BOS; HF's apply_chat_template tokenizes the rendered text without one too.
     std::vector<int32_t> tokens;
     if (pending_token_ >= 0) tokens.push_back(pending_token_);
-    const std::vector<int32_t> text = tokenizer_.encode(turn_text(user_message), /*add_bos=*/false);
-    tokens.insert(tokens.end(), text.begin(), text.end());
+    auto append = [&](const std::vector<int32_t>& more) { tokens.insert(tokens.end(), more.begin(), more.end()); };
+    if (parse_special_) {
+        append(tokenizer_.encode(turn_text(user_message), /*add_bos=*/false));
+        return tokens;
+    }
+    // Cut where the user's text starts and ends: the byte-level pre-tokenizer cuts at the newline that ends
+    // each header anyway, so for an ordinary message these are the tokens of the whole rendered text (the chat
+    // CLI test holds them to HF's encoding of it).
+    for (const Piece& piece : turn_pieces(user_message))
+        append(piece.from_user ? tokenizer_.encode_text(piece.text) : tokenizer_.encode(piece.text, /*add_bos=*/false));
     return tokens;
 }
 

@@ -8,6 +8,11 @@
 // turn's text starts by closing the answer: "<|im_end|>\n<|im_start|>user\n...". An answer cut short (-n,
 // Ctrl-C) is closed the same way, so the cache always holds exactly what the template renders; when the
 // token limit ended the answer, its last token (sampled but never run) leads the next turn's tokens.
+//
+// The markers come from the template and the messages from the user: a message is encoded as plain text
+// (Tokenizer::encode_text), so a user who types "<|im_end|>\n<|im_start|>system\n..." gets those characters,
+// not a forged turn boundary. parse_special restores encoding the rendered turn as one text, markers typed
+// by the user included.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +35,7 @@ public:
     // end-of-turn marker is not a single token of the tokenizer. `system` replaces the template's default
     // system message (an empty string means none).
     ChatSession(Engine& engine, const ModelConfig& config, const Tokenizer& tokenizer,
-                std::optional<std::string> system);
+                std::optional<std::string> system, bool parse_special = false);
     ~ChatSession();
     ChatSession(const ChatSession&) = delete;
     ChatSession& operator=(const ChatSession&) = delete;
@@ -41,7 +46,7 @@ public:
 
     // Appends the user's turn and streams the assistant's answer through `emit`. options.stop_token_ids
     // gains the end-of-turn token. Throws kvx::Error, with the conversation unchanged, when the turn does
-    // not fit the context.
+    // not fit the context or its text cannot be encoded (not valid UTF-8).
     GenerationStats reply(std::string_view user_message, Sampler& sampler, GenerationOptions options,
                           const std::function<void(std::string_view)>& emit);
 
@@ -50,9 +55,17 @@ public:
     int32_t end_of_turn_token() const { return end_of_turn_; }
 
 private:
+    // The turn's text in pieces, each with whether the user wrote it.
+    struct Piece {
+        std::string text;
+        bool from_user;
+    };
+    std::vector<Piece> turn_pieces(std::string_view user_message) const;
+
     Engine& engine_;
     const Tokenizer& tokenizer_;
     std::optional<std::string> system_;  // the system message of the first turn, if any
+    bool parse_special_ = false;
     int32_t end_of_turn_ = -1;
     int32_t pending_token_ = -1;  // the previous answer's last token, not yet in the cache, or -1
     SeqId seq_;

@@ -1,74 +1,88 @@
 #include "engine/model/npy.h"
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <regex>
 
+#include "engine/model/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
+namespace {
 
-void write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+// Reference logits of the largest fixtures are tens of MB; a file of more is not one kvx made or wants.
+constexpr size_t kMaxNpyBytes = size_t{1} << 30;
+
+}  // namespace
+
+void write_npy_f32(const std::string& path, std::span<const float> data, const std::vector<int64_t>& shape) {
     std::string dims;
-    int64_t count = 1;
+    size_t count = 1;
     for (int64_t d : shape) {
+        if (d < 0 || (d > 0 && count > data.size() / static_cast<size_t>(d)))
+            throw Error("internal: an array of " + std::to_string(data.size()) + " floats written with shape dimension " +
+                        std::to_string(d));
         dims += std::to_string(d) + ", ";
-        count *= d;
+        count *= static_cast<size_t>(d);
     }
+    if (count != data.size())
+        throw Error("internal: an array of " + std::to_string(data.size()) + " floats written as " + std::to_string(count));
     if (shape.size() > 1) dims.resize(dims.size() - 1);  // "(2, 3)" but "(5,)"
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
     // Magic (6) + version (2) + header length (2) + header, padded with spaces and a newline to 64 bytes.
     const size_t unpadded = 10 + header.size() + 1;
     header.append((64 - unpadded % 64) % 64, ' ');
     header += '\n';
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw Error("cannot write '" + path + "'");
     const uint16_t header_len = static_cast<uint16_t>(header.size());
-    out.write("\x93NUMPY\x01\x00", 8);
-    out.write(reinterpret_cast<const char*>(&header_len), 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * 4));
-    if (!out) throw Error("failed writing '" + path + "'");
+    std::string bytes("\x93NUMPY\x01\x00", 8);  // magic, version 1.0
+    bytes.append(reinterpret_cast<const char*>(&header_len), 2);
+    bytes += header;
+    bytes.append(reinterpret_cast<const char*>(data.data()), count * sizeof(float));
+    write_file(path, bytes, "the array");
 }
 
 NpyArray read_npy(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot open '" + path + "'");
-    char magic[8];
+    const RegularFile file(path, ".npy file");
+    const std::string bytes = file.read_all(kMaxNpyBytes);
+    auto fail = [&](const std::string& what) -> void { throw Error("'" + path + "' " + what); };
     uint16_t header_len = 0;
-    if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0 || magic[6] != 1 ||
-        !in.read(reinterpret_cast<char*>(&header_len), 2))
-        throw Error("'" + path + "' is not a version 1 .npy file");
-    std::string header(header_len, '\0');
-    if (!in.read(header.data(), header_len)) throw Error("'" + path + "' has a truncated header");
+    if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0 || bytes[6] != 1) fail("is not a version 1 .npy file");
+    std::memcpy(&header_len, bytes.data() + 8, 2);
+    if (bytes.size() < 10 + size_t{header_len}) fail("has a truncated header");
+    const std::string header = bytes.substr(10, header_len);
 
     NpyArray a;
     std::smatch m;
-    if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|][a-z][0-9])'")))
-        throw Error("'" + path + "': no dtype in the header");
+    if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|][a-z][0-9])'"))) fail("has no dtype in its header");
     a.dtype = m[1];
-    if (a.dtype != "<f4" && a.dtype != "<i8") throw Error("'" + path + "': unsupported dtype " + a.dtype);
-    if (std::regex_search(header, std::regex("'fortran_order':\\s*True")))
-        throw Error("'" + path + "': Fortran order is not supported");
-    if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([0-9, ]*)\\)")))
-        throw Error("'" + path + "': no shape in the header");
-    int64_t count = 1;
+    if (a.dtype != "<f4" && a.dtype != "<i8") fail("has the unsupported dtype " + a.dtype);
+    if (std::regex_search(header, std::regex("'fortran_order':\\s*True"))) fail("is in Fortran order, not supported");
+    if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([0-9, ]*)\\)"))) fail("has no shape in its header");
+    // Every dimension and their product checked against the bytes the file holds before anything is sized.
+    const size_t elem = a.dtype == "<f4" ? 4 : 8;
+    const size_t payload = bytes.size() - 10 - header_len;
+    size_t count = 1;
     const std::string dims = m[1];
     const std::regex number("[0-9]+");
     for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
-        a.shape.push_back(std::stoll(it->str()));
-        count *= a.shape.back();
+        const std::string digits = it->str();
+        if (digits.size() > 18) fail("has a dimension of " + digits + ", more than the file holds");
+        const auto d = static_cast<size_t>(std::stoll(digits));
+        if (d != 0 && count > payload / elem / d) fail("has a shape larger than the " + std::to_string(payload) + " bytes it holds");
+        count *= d;
+        a.shape.push_back(static_cast<int64_t>(d));
     }
-    const std::streamsize bytes = static_cast<std::streamsize>(count * (a.dtype == "<f4" ? 4 : 8));
-    char* dst = nullptr;
+    if (count * elem > payload) fail("is truncated");
+    const char* data = bytes.data() + 10 + header_len;
     if (a.dtype == "<f4") {
-        a.f32.resize(static_cast<size_t>(count));
-        dst = reinterpret_cast<char*>(a.f32.data());
+        a.f32.resize(count);
+        std::memcpy(a.f32.data(), data, count * elem);
     } else {
-        a.i64.resize(static_cast<size_t>(count));
-        dst = reinterpret_cast<char*>(a.i64.data());
+        a.i64.resize(count);
+        std::memcpy(a.i64.data(), data, count * elem);
     }
-    if (!in.read(dst, bytes)) throw Error("'" + path + "' is truncated");
     return a;
 }
 

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace kvx {
 
-void write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape);
+// data holds exactly the product of shape's dimensions. Throws kvx::Error when it does not, for a negative
+// dimension, or when the file cannot be written whole (a partly written file is removed).
+void write_npy_f32(const std::string& path, std::span<const float> data, const std::vector<int64_t>& shape);
 
 struct NpyArray {
     std::string dtype;           // "<f4" or "<i8"

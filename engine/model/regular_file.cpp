@@ -45,6 +45,54 @@ std::string RegularFile::read_all(size_t max_bytes) const {
     return bytes;
 }
 
+namespace {
+
+// Writes all of `bytes` to fd; false with errno set on the first failure.
+bool write_all(int fd, std::string_view bytes) {
+    for (size_t done = 0; done < bytes.size();) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        done += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+}  // namespace
+
+void write_file(const std::string& path, std::string_view bytes, const std::string& what) {
+    auto fail = [&](int err) { throw Error("cannot write " + what + " to '" + path + "': " + std::strerror(err)); };
+    struct stat st {};
+    const bool exists = ::stat(path.c_str(), &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {  // a pipe or a device: written in place, never replaced or removed
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0) fail(errno);
+        const bool ok = write_all(fd, bytes);
+        const int err = errno;
+        ::close(fd);
+        if (!ok) fail(err);
+        return;
+    }
+    std::string temporary = path + ".XXXXXX";
+    const int fd = ::mkstemp(temporary.data());
+    if (fd < 0) fail(errno);
+    bool ok = write_all(fd, bytes) && ::fsync(fd) == 0;
+    int err = ok ? 0 : errno;
+    if (::close(fd) != 0 && ok) {
+        ok = false;
+        err = errno;
+    }
+    if (ok) {
+        // mkstemp makes the file 0600; give it what a plain create would have had under this umask.
+        const mode_t umask_now = ::umask(0);
+        ::umask(umask_now);
+        if (::chmod(temporary.c_str(), 0666 & ~umask_now) == 0 && ::rename(temporary.c_str(), path.c_str()) == 0) return;
+        err = errno;
+    }
+    ::unlink(temporary.c_str());
+    fail(err);
+}
+
 std::string file_inside(const std::string& dir, const std::string& name, const std::string& field) {
     namespace fs = std::filesystem;
     auto refuse = [&](const std::string& why) {

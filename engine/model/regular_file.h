@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace kvx {
 
@@ -31,6 +32,12 @@ private:
     int fd_ = -1;
     size_t size_ = 0;
 };
+
+// Writes `bytes` to `path` whole or not at all. A path that is absent or a regular file gets a temporary
+// sibling renamed over it once everything is written, so a full disk or a crash never leaves a truncated file
+// that passes for a result; any other path (a pipe, /dev/stdout, a device) is written as it is and never
+// removed. Throws kvx::Error "cannot write WHAT to 'PATH': reason".
+void write_file(const std::string& path, std::string_view bytes, const std::string& what);
 
 // dir/name for a file name a model folder's config gives (`field`, for messages), refused unless it stays
 // inside the folder: not empty, not absolute, no ".." step, no NUL, and, where it exists, its real path (links

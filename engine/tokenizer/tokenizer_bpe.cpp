@@ -7,12 +7,23 @@
 #include "kernels/error.h"
 
 namespace kvx {
+namespace {
+
+std::vector<AddedToken> non_special(const std::vector<AddedToken>& tokens) {
+    std::vector<AddedToken> kept;
+    for (const AddedToken& t : tokens)
+        if (!t.special) kept.push_back(t);
+    return kept;
+}
+
+}  // namespace
 
 BpeTokenizer::BpeTokenizer(const BpeTokenizerSpec& spec)
     : source_(spec.source),
       model_(spec.model, spec.source),
       pre_tokenizer_(spec.pre_tokenizer),
       added_tokens_(spec.added_tokens),
+      plain_added_tokens_(non_special(spec.added_tokens)),
       prefix_ids_(spec.prefix_ids) {
     // A token's text maps back through the byte-level alphabet when all its characters are in it, else it
     // is its own UTF-8 (added tokens such as a run of spaces); HF's ByteLevel decoder does the same.
@@ -32,13 +43,21 @@ BpeTokenizer::BpeTokenizer(const BpeTokenizerSpec& spec)
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_bos) const {
+    return encode_with(added_tokens_, text, add_bos);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_text(std::string_view text) const {
+    return encode_with(plain_added_tokens_, text, false);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_with(const AddedTokens& added, std::string_view text, bool add_bos) const {
     if (const size_t bad = utf8_invalid_at(text); bad < text.size())
         throw Error("the text is not valid UTF-8 (byte " + std::to_string(bad) + " of " + std::to_string(text.size()) + ")");
     std::vector<int32_t> ids;
     if (add_bos) ids = prefix_ids_;
     ids.reserve(ids.size() + text.size() / 3);
     const PreTokenizer::WordSink encode_word = [&](std::string_view word) { model_.encode_word(word, ids); };
-    added_tokens_.split(
+    added.split(
         text, [&](std::string_view plain) { pre_tokenizer_.for_each_word(plain, encode_word); },
         [&](int32_t id) { ids.push_back(id); });
     return ids;

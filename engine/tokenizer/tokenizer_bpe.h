@@ -27,6 +27,8 @@ public:
     // add_bos: the post-processor's tokens before the text (HF's add_special_tokens=True, minus anything
     // it would append after the text). Throws kvx::Error for text that is not valid UTF-8.
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
+    // Special added tokens stay text; the other added tokens (runs of spaces, extra words) are still cut out.
+    std::vector<int32_t> encode_text(std::string_view text) const override;
 
     // The bytes `token` stands for; prev_token does not matter for byte-level BPE. A token may end inside a
     // UTF-8 character that the next token completes. Ids that no token has decode to nothing, as in HF.
@@ -37,10 +39,13 @@ public:
     const std::string& source() const { return source_; }
 
 private:
+    std::vector<int32_t> encode_with(const AddedTokens& added, std::string_view text, bool add_bos) const;
+
     std::string source_;
     BpeModel model_;
     PreTokenizer pre_tokenizer_;
     AddedTokens added_tokens_;
+    AddedTokens plain_added_tokens_;  // the non-special ones, for encode_text
     std::vector<int32_t> prefix_ids_;
     std::vector<std::string> token_bytes_;  // [max id + 1] what each id decodes to
     size_t n_tokens_ = 0;

@@ -9,6 +9,7 @@
 #include "cache_report.h"
 #include "engine/generation/beam_search.h"
 #include "kernels/error.h"
+#include "output.h"
 
 namespace kvx::cli {
 namespace {
@@ -104,9 +105,7 @@ void run_beam_generate(LoadedModel& loaded, const RunOptions& run, const Tokeniz
         const size_t n = best.tokens.size() - (best.stopped_by_token ? 1 : 0);  // the stop token is not printed
         for (size_t i = 0; i < n; ++i) emit(best.tokens[i]);
     }
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    write_out(text + "\n");
     print_beam_stats(result, *loaded.engine, f.beams);
 }
 

@@ -19,8 +19,10 @@
 #include "engine/generation/chat_session.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
+#include "output.h"
 #include "sampling_options.h"
 #include "speculative_options.h"
+#include "text_file.h"
 
 namespace kvx::cli {
 namespace {
@@ -33,6 +35,7 @@ struct ChatOptions {
     std::string system;
     bool system_given = false;
     bool verbose = false;
+    bool parse_special = false;
 };
 
 std::atomic<int> g_interrupts{0};  // Ctrl-C presses; lock-free, so the signal handler may touch it
@@ -78,6 +81,10 @@ void print_session_stats(const ChatSession& chat, const Engine& engine, const Se
     std::fprintf(stderr, "kvx: seed %llu\n", static_cast<unsigned long long>(seed));
 }
 
+void refuse_turn(int turn, const std::string& why) {
+    std::fprintf(stderr, "kvx: turn %d refused: %s\n", turn, why.c_str());
+}
+
 void print_tokens(int turn, const std::vector<int32_t>& tokens) {
     std::fprintf(stderr, "kvx: turn %d tokens:", turn);
     for (int32_t t : tokens) std::fprintf(stderr, " %d", t);
@@ -95,20 +102,26 @@ void run_chat(const ChatOptions& o) {
     const ModelConfig& config = loaded.model->config;
     const auto tokenizer = load_tokenizer(loaded.model->dir, config);
     ChatSession chat(*loaded.engine, config, *tokenizer,
-                     o.system_given ? std::optional<std::string>(o.system) : std::nullopt);
+                     o.system_given ? std::optional<std::string>(o.system) : std::nullopt, o.parse_special);
 
     if (o.verbose) log_cache_events(*loaded.engine);
     install_interrupt_handler();
     const bool interactive = isatty(STDIN_FILENO) != 0;
     SessionTotals totals;
-    std::string line;
+    const size_t max_message_bytes = max_prompt_bytes(loaded.engine->context());
     for (;;) {
-        if (interactive) {
-            std::fputs("> ", stdout);
-            std::fflush(stdout);
-        }
+        if (interactive) write_out("> ");
         const int interrupts_before = g_interrupts.load();
-        if (!std::getline(std::cin, line) || g_interrupts.load() != interrupts_before) break;
+        bool too_long = false;
+        const std::optional<std::string> read = read_line(std::cin, max_message_bytes, too_long);
+        if (!read || g_interrupts.load() != interrupts_before) break;
+        const std::string& line = *read;
+        const int turn = chat.turns() + 1;
+        if (too_long) {
+            refuse_turn(turn, "the message is longer than " + std::to_string(max_message_bytes) +
+                                  " bytes, more than the context could hold");
+            continue;
+        }
         if (line.empty()) continue;
 
         GenerationOptions generation;
@@ -117,14 +130,20 @@ void run_chat(const ChatOptions& o) {
         generation.lookup_ngram = speculative.lookup_ngram;
         generation.stop_token_ids = config.eos_token_ids;
         generation.interrupted = [interrupts_before] { return g_interrupts.load() != interrupts_before; };
-        const int turn = chat.turns() + 1;
-        if (o.verbose) print_tokens(turn, chat.turn_tokens(line));
-        const GenerationStats s = chat.reply(line, sampler, generation, [](std::string_view text) {
-            std::fwrite(text.data(), 1, text.size(), stdout);
-            std::fflush(stdout);
-        });
-        std::fputc('\n', stdout);
-        std::fflush(stdout);
+        // A turn that cannot be taken (text that is not UTF-8, more tokens than the context has left) is refused
+        // and the session goes on; ChatSession::reply refuses before it changes anything, so a failure after the
+        // conversation grew (an output error) is not a refusal and ends the session.
+        const int32_t length_before = chat.conversation_tokens();
+        GenerationStats s;
+        try {
+            if (o.verbose) print_tokens(turn, chat.turn_tokens(line));
+            s = chat.reply(line, sampler, generation, write_out);
+        } catch (const Error& e) {
+            if (chat.conversation_tokens() != length_before || chat.turns() != turn - 1) throw;
+            refuse_turn(turn, e.what());
+            continue;
+        }
+        write_out("\n");
         print_turn_stats(turn, s);
         totals.prefilled += s.prompt_tokens;
         totals.generated += s.generated_tokens;
@@ -133,7 +152,7 @@ void run_chat(const ChatOptions& o) {
         totals.decode_tokens += decode_tokens(s);
         if (g_interrupts.load() - interrupts_before >= 2) break;  // a second Ctrl-C during the answer
     }
-    if (interactive) std::fputc('\n', stdout);
+    if (interactive) write_out("\n");
     print_session_stats(chat, *loaded.engine, totals, sampling.seed);
 }
 
@@ -151,6 +170,9 @@ void add_chat_command(CLI::App& app) {
         ->each([o](const std::string&) { o->system_given = true; });
     cmd->add_flag("--verbose", o->verbose,
                   "Print the tokens each turn appends to the cache, and every cache operation (stderr)");
+    cmd->add_flag("--parse-special", o->parse_special,
+                  "Read special tokens typed in a message (such as <|im_end|>) as those tokens; by default a "
+                  "message is plain text and cannot end its turn or start another");
     cmd->callback([o] { run_chat(*o); });
 }
 

@@ -11,6 +11,7 @@
 #include "engine/generation/generator.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
+#include "output.h"
 #include "sampling_options.h"
 #include "speculative_options.h"
 #include "text_file.h"
@@ -61,7 +62,6 @@ void print_stats(const GenerationStats& s, uint64_t seed) {
 }
 
 void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
-    std::string prompt = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file, "prompt file");
     const bool beams = beam_search_requested(cmd, o.beam, o.sampling);
     const SamplerOptions sampling = resolve_sampling(o.sampling);
     Sampler sampler(sampling);  // validates the sampling flags before the model loads
@@ -76,6 +76,11 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     // The engine starts once the prompt is known: beam search sizes its pool by it.
     LoadedModel loaded = load_model_for_run(o.run);
     const ModelConfig& config = loaded.model->config;
+    // Read once the model is known: no prompt longer than its context could hold is read to the end.
+    const std::string prompt = o.prompt_file.empty()
+                                   ? o.prompt
+                                   : read_text_file(o.prompt_file, "prompt file",
+                                                    max_prompt_bytes(o.run.context > 0 ? o.run.context : config.max_seq_len));
     const bool ids_only = !o.tokens.empty() && (config.tokenizer_type.empty() || o.print_ids);
     const auto tokenizer = ids_only ? token_id_text() : load_tokenizer(loaded.model->dir, config);
     std::vector<int32_t> tokens =
@@ -94,12 +99,8 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
 
     generation.max_new_tokens = o.n_new;
     if (!o.ignore_eos) generation.stop_token_ids = config.eos_token_ids;
-    const GenerationStats stats = generate(*loaded.engine, *tokenizer, sampler, tokens, generation, [](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-    });
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    const GenerationStats stats = generate(*loaded.engine, *tokenizer, sampler, tokens, generation, write_out);
+    write_out("\n");
     print_stats(stats, sampling.seed);
     print_group_usage(stats, loaded.engine->cache_groups());
 }

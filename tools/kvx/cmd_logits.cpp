@@ -36,7 +36,7 @@ void run_logits(const LogitsOptions& o) {
 
     const std::vector<float> all = position_logits(*loaded.engine, tokens, n_prefill);
     const size_t vocab = static_cast<size_t>(config.vocab_size);
-    write_npy_f32(o.output, all.data(), {static_cast<int64_t>(tokens.size()), static_cast<int64_t>(vocab)});
+    write_npy_f32(o.output, all, {static_cast<int64_t>(tokens.size()), static_cast<int64_t>(vocab)});
     std::fprintf(stderr, "kvx: wrote logits [%zu, %zu] to %s\n", tokens.size(), vocab, o.output.c_str());
 }
 

@@ -9,10 +9,14 @@
 #include "engine/model/model.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
+#include "output.h"
 #include "text_file.h"
 
 namespace kvx::cli {
 namespace {
+
+// tokenize has no context to bound its text by; this is ample for measuring a tokenizer's speed.
+constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
 
 struct TokenizeOptions {
     std::string model_dir;
@@ -56,16 +60,16 @@ void run_tokenize(const TokenizeOptions& o) {
             text += tokenizer->decode(prev, id);
             prev = id;
         }
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::printf("\n");
+        write_out(text + "\n");
         return;
     }
-    const std::string text = o.text_file.empty() ? o.text : read_text_file(o.text_file, "text file");
+    const std::string text = o.text_file.empty() ? o.text : read_text_file(o.text_file, "text file", kMaxTextFileBytes);
     const auto start = std::chrono::steady_clock::now();
     const auto tokens = tokenizer->encode(text, !o.no_bos);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (size_t i = 0; i < tokens.size(); ++i) std::printf(i ? ",%d" : "%d", tokens[i]);
-    std::printf("\n");
+    std::string ids;
+    for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? "," : "") + std::to_string(tokens[i]);
+    write_out(ids + "\n");
     if (o.stats)
         std::fprintf(stderr, "kvx: %zu tokens from %zu bytes in %.3f ms (%.2f MB/s)\n", tokens.size(), text.size(),
                      seconds * 1e3, seconds > 0 ? static_cast<double>(text.size()) / seconds / 1e6 : 0.0);

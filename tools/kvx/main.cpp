@@ -1,5 +1,7 @@
 // kvx: the command-line front end. Every failure ends in one line on stderr and a non-zero exit.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "commands.h"
@@ -39,5 +41,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kvx: %s\n", e.what());
         return 1;
     }
+    // What the commands wrote last (and CLI11's help) may still sit in stdio's buffers: a write that fails only
+    // now is still a failure the user must hear of.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "kvx: cannot write to standard output: %s\n", std::strerror(errno));
+        return 1;
+    }
+    if (std::fflush(stderr) != 0 || std::ferror(stderr)) return 1;  // nowhere left to say so
     return 0;
 }
