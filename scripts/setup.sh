@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake catch2 nlohmann-json3-dev libcli11-dev libpcre2-dev pkg-config python3 python3-venv python3-pip)
+# clang and libclang-rt-14-dev: libFuzzer, for scripts/fuzz.sh.
+packages=(build-essential cmake catch2 nlohmann-json3-dev libcli11-dev libpcre2-dev pkg-config python3 python3-venv python3-pip
+          clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,7 @@
 #include "engine/model/json_file.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
+#include "engine/model/npy.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 
@@ -191,6 +192,17 @@ TEST_CASE("a weights file that is not safetensors is refused without showing its
         CHECK_THAT(message, Catch::Contains("its header length exceeds the file of 32 bytes"));
         CHECK_THAT(message, !Catch::Contains(std::to_string(first_eight)));
     }
+}
+
+TEST_CASE("an empty .npy array is written and read back", "[model][npy]") {
+    // Found by fuzz_npy: reading an array of no elements copied nothing to a null pointer (UB, reported by UBSan).
+    const Folder f;
+    const std::string path = (f.path / "empty.npy").string();
+    write_npy_f32(path, {}, {0});
+    const NpyArray back = read_npy(path);
+    CHECK(back.shape == std::vector<int64_t>{0});
+    CHECK(back.f32.empty());
+    CHECK_THROWS_WITH(write_npy_f32(path, {}, {2}), Catch::Contains("internal: an array of 0 floats"));
 }
 
 }  // namespace

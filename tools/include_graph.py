@@ -29,7 +29,7 @@ LAYERS = [
     ["tools/kvx", "tools/bench/support", "tools/cuda_emulation"],  # the command line, benchmark support
     ["tools/bench/cpu", "tools/bench/cuda", "tools/bench/engine"],  # benchmarks (and kvx_cuda_decode)
     ["tools/bench"],                                        # kvx-bench and kvx_read_bandwidth: the mains
-    ["tests"],                                              # tests, wherever they sit
+    ["tests", "tests/fuzz"],                                # tests, wherever they sit; the fuzz targets
 ]
 TESTS = "tests"
 SOURCE_EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inc")
@@ -139,7 +139,7 @@ def analyse(root):
             edges[(unit, to)] += 1
             if unit not in ranks or to not in ranks:
                 continue
-            if unit == TESTS and to == TESTS:
+            if ranks[unit] == ranks[TESTS] and ranks[to] == ranks[TESTS]:
                 continue
             if to == TESTS:
                 problems.append(f"{where}: {unit} includes a test file")

@@ -76,12 +76,13 @@ NpyArray read_npy(const std::string& path) {
     }
     if (count * elem > payload) fail("is truncated");
     const char* data = bytes.data() + 10 + header_len;
+    // An empty array's vector has no storage to copy into (memcpy of nothing from or to null is still UB).
     if (a.dtype == "<f4") {
         a.f32.resize(count);
-        std::memcpy(a.f32.data(), data, count * elem);
+        if (count > 0) std::memcpy(a.f32.data(), data, count * elem);
     } else {
         a.i64.resize(count);
-        std::memcpy(a.i64.data(), data, count * elem);
+        if (count > 0) std::memcpy(a.i64.data(), data, count * elem);
     }
     return a;
 }
