@@ -122,6 +122,15 @@ class TokenizerBundling(unittest.TestCase):
             with self.subTest(name):
                 self._refused(self.hf_model, ["--tokenizer", self._edited_tokenizer_json(f"{name}.json", edit)], fragment)
 
+    def test_template_that_fails_in_python_is_kept_with_the_reason(self):
+        """A template's own failure (here a TypeError) is no converter crash: bundled, marked unsupported."""
+        template = self.tmp / "type_error.jinja"
+        template.write_text("{{ messages + 1 }}", encoding="utf-8")
+        out, config = self._converted("type_error", self.small_model, "--chat-template", template)
+        self.assertIsNone(config["chat"]["format"])
+        self.assertIn("jinja2 cannot render it: TypeError", config["chat"]["unsupported"])
+        self.assertTrue((out / "chat_template.jinja").is_file())
+
     def test_chat_template_must_be_text(self):
         binary = self.tmp / "template.bin"
         binary.write_bytes(b"\xff\xfe{{ x }}")
