@@ -101,6 +101,12 @@ class GraphIndex:
             self._arrays[tensor] = value
         return value
 
+    def constants_read(self):
+        """ONNX name -> array of every constant read so far: initializers and Constant-node outputs (the
+        names matchers reached them by through Identity nodes are left out)."""
+        return {name: value for name, value in self._arrays.items()
+                if name in self._initializers or self.producer_op(name, "Constant") is not None}
+
     @staticmethod
     def _to_array(tensor_proto, name):
         try:
