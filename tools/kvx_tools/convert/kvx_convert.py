@@ -118,6 +118,12 @@ def main(argv=None, prog=None):
     except ConvertError as e:
         print(f"kvx convert: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the writer has already removed what it staged (staged_dir.py)
+        print("kvx convert: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("kvx convert: out of memory", file=sys.stderr)
+        return 1
     return 0
 
 
