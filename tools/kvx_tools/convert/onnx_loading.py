@@ -50,10 +50,19 @@ def check_onnx_model(path, graph):
 
 
 def _check_dataflow(path, graph):
-    """Every node input is a graph input, an initializer or some node's output, and the nodes have an
-    order that computes each input before it is read (no cycle), whatever order the file lists them in."""
-    produced_by = {out: node for node in graph.node for out in node.output if out}
+    """Every tensor has one writer (single assignment), every node input is a graph input, an initializer or
+    some node's output, and the nodes have an order that computes each input before it is read (no cycle),
+    whatever order the file lists them in. A tensor with two writers could hide a cycle from the last check
+    (one writer is computable, the other closes a loop) and send the matchers round it for ever."""
     known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    produced_by = {}
+    for node in graph.node:
+        for out in node.output:
+            if out and (out in produced_by or out in known):
+                raise ConvertError(f"{path}: invalid ONNX model (tensor '{out}' is written twice, by node "
+                                   f"'{node.name}' and before it)")
+            if out:
+                produced_by[out] = node
     for node in graph.node:
         for name in node.input:
             if name not in known and name not in produced_by:

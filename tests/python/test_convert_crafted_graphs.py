@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Graphs crafted against the converter's graph walks: chains deeper than Python's stack, a tensor reused at
+every level of a nesting (exponential for a naive recursion), a shape with billions of dims, a tensor with two
+writers. Each either converts (when the graph means something ordinary) or stops with one line, quickly:
+never a RecursionError traceback, never a hang."""
+
+import json
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from kvx_test_support import ORTGENAI_LLAMA, assert_one_line_failure, convert, export_stories
+
+DEPTH = 5000  # Python's default recursion limit is 1000
+NESTING = 80  # 2^80 visits for a recursion that does not remember what it folded
+Q_SHAPE_CONCAT = "/model/layers.0/self_attn/Concat"  # builds the target of layer 0's Q Reshape
+Q_SHAPE_CONSTANT = "/model/layers.0/self_attn/Constant_4_output_0"  # its constant part [heads, head_dim]
+TIMEOUT = 120  # seconds; each conversion here takes a few
+
+
+def node_named(model, name):
+    return next(n for n in model.graph.node if n.name == name)
+
+
+def insert_chain(model, tensor, reader, op_type, **attrs):
+    """Puts DEPTH op_type nodes between tensor and the node reader, which reads the chain's end instead."""
+    nodes, current = [], tensor
+    for k in range(DEPTH):
+        output = f"{op_type.lower()}_chain_{k}"
+        nodes.append(helper.make_node(op_type, [current], [output], name=f"/chain/{op_type}_{k}", **attrs))
+        current = output
+    reader.input[:] = [current if name == tensor else name for name in reader.input]
+    at = list(model.graph.node).index(reader)
+    for k, node in enumerate(nodes):
+        model.graph.node.insert(at + k, node)
+
+
+def nest_concats(model, leaf, reader):
+    """Gives reader's Q_SHAPE_CONSTANT input the dims of Concat(Q_SHAPE_CONSTANT, e_NESTING), where
+    e_0 = leaf (an int64 vector) and e_k+1 = Concat(e_k, e_k): a DAG of NESTING nodes."""
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(leaf, np.int64), "nest_0"))
+    nodes = [helper.make_node("Concat", [f"nest_{k}", f"nest_{k}"], [f"nest_{k + 1}"], name=f"/nest/{k}", axis=0)
+             for k in range(NESTING)]
+    nodes.append(helper.make_node("Concat", [Q_SHAPE_CONSTANT, f"nest_{NESTING}"], ["nested_shape"],
+                                  name="/nest/top", axis=0))
+    reader.input[:] = ["nested_shape" if name == Q_SHAPE_CONSTANT else name for name in reader.input]
+    at = list(model.graph.node).index(reader)
+    for k, node in enumerate(nodes):
+        model.graph.node.insert(at + k, node)
+
+
+class CraftedGraphs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.tmp = Path(cls._tmp.name)
+        cls.stories = export_stories(cls.tmp / "stories260K.onnx")
+        cls.plain = cls.tmp / "plain"
+        result = convert(cls.stories, cls.plain)
+        assert result.returncode == 0, result.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+
+    def _variant(self, name, edit, source=None):
+        model = onnx.load(str(source or self.stories))
+        edit(model)
+        path = self.tmp / f"{name}.onnx"
+        onnx.save(model, str(path))
+        return path
+
+    def _converts_like_the_plain_graph(self, path):
+        out = self.tmp / f"out_{path.stem}"
+        result = convert(path, out, timeout=TIMEOUT)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual((out / "model.safetensors").read_bytes(), (self.plain / "model.safetensors").read_bytes())
+        config, plain = (json.loads((d / "config.json").read_text()) for d in (out, self.plain))
+        self.assertEqual({**config, "source": None}, {**plain, "source": None})
+
+    def test_deep_identity_chain_to_the_embedding(self):
+        def chain(model):
+            gather = node_named(model, "/model/embed_tokens/Gather")
+            insert_chain(model, gather.input[0], gather, "Identity")
+        self._converts_like_the_plain_graph(self._variant("deep_identity", chain))
+
+    def test_deep_cast_chain_in_a_reshape_target(self):
+        def chain(model):
+            insert_chain(model, Q_SHAPE_CONSTANT, node_named(model, Q_SHAPE_CONCAT), "Cast", to=TensorProto.INT64)
+        self._converts_like_the_plain_graph(self._variant("deep_cast", chain))
+
+    def test_shared_nesting_in_a_reshape_target_is_folded_once_per_tensor(self):
+        def nest(model):
+            nest_concats(model, [], node_named(model, Q_SHAPE_CONCAT))  # empty leaves: the same shape
+        self._converts_like_the_plain_graph(self._variant("shared_nesting", nest))
+
+    def test_shape_with_billions_of_dims_is_refused(self):
+        def nest(model):
+            nest_concats(model, [1], node_named(model, Q_SHAPE_CONCAT))
+        path = self._variant("rank_bomb", nest)
+        assert_one_line_failure(self, convert(path, self.tmp / "out_rank_bomb", timeout=TIMEOUT),
+                                "/model/layers.0/self_attn/Reshape", "at most 64 dims")
+
+    def test_tensor_written_twice_is_refused(self):
+        """onnx.checker refuses this in standard graphs; graphs of fused operators are beyond it."""
+        def second_writer(model):
+            first = next(n for n in model.graph.node if n.op_type == "MatMul")
+            model.graph.node.append(helper.make_node("Identity", [first.input[0]], [first.output[0]],
+                                                     name="/second/writer"))
+        path = self._variant("written_twice", second_writer, ORTGENAI_LLAMA)
+        assert_one_line_failure(self, convert(path, self.tmp / "out_written_twice", timeout=TIMEOUT),
+                                "is written twice", "/second/writer")
+
+
+if __name__ == "__main__":
+    unittest.main()
