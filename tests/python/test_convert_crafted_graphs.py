@@ -13,13 +13,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from kvx_test_support import ORTGENAI_LLAMA, assert_one_line_failure, convert, export_stories
+from kvx_test_support import ORTGENAI_LLAMA, REPO, assert_one_line_failure, convert, export_stories
 
 DEPTH = 5000  # Python's default recursion limit is 1000
 NESTING = 80  # 2^80 visits for a recursion that does not remember what it folded
 Q_SHAPE_CONCAT = "/model/layers.0/self_attn/Concat"  # builds the target of layer 0's Q Reshape
 Q_SHAPE_CONSTANT = "/model/layers.0/self_attn/Constant_4_output_0"  # its constant part [heads, head_dim]
 TIMEOUT = 120  # seconds; each conversion here takes a few
+ORTGENAI_GPT2 = REPO / "testdata" / "models" / "ortgenai-tiny-random-gpt2-fp32" / "past.onnx"
 
 
 def node_named(model, name):
@@ -114,6 +115,22 @@ class CraftedGraphs(unittest.TestCase):
         path = self._variant("written_twice", second_writer, ORTGENAI_LLAMA)
         assert_one_line_failure(self, convert(path, self.tmp / "out_written_twice", timeout=TIMEOUT),
                                 "is written twice", "/second/writer")
+
+    def test_standard_nodes_in_fused_graphs_are_checked_against_their_schema(self):
+        """Found by fuzz_convert_onnx.py: onnx.checker is skipped for graphs of fused operators, and the
+        matchers index the inputs of the standard nodes there (IndexError tracebacks)."""
+        def drop_weight(model):
+            del next(n for n in model.graph.node if n.op_type == "MatMul").input[1:]
+
+        def drop_cast_input(model):
+            del next(n for n in model.graph.node if n.op_type == "Cast").input[:]
+        for name, edit, source, fragment in (("matmul_one_input", drop_weight, ORTGENAI_GPT2, "MatMul"),
+                                             ("matmul_one_input_llama", drop_weight, ORTGENAI_LLAMA, "MatMul"),
+                                             ("cast_no_input", drop_cast_input, ORTGENAI_GPT2, "Cast")):
+            with self.subTest(name):
+                path = self._variant(name, edit, source)
+                assert_one_line_failure(self, convert(path, self.tmp / f"out_{name}", timeout=TIMEOUT),
+                                        "invalid ONNX model (node", fragment, "input size")
 
 
 if __name__ == "__main__":

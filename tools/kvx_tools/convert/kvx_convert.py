@@ -64,7 +64,7 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     check_weights: refuse weights holding NaN or infinity (weight_check.py)."""
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
-    check_onnx_model(onnx_path, model.graph)
+    check_onnx_model(onnx_path, model)
     ix = GraphIndex(model.graph)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")

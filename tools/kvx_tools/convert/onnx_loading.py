@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnx
 
-from .convert_errors import ConvertError
+from .convert_errors import ConvertError, node_label
 from .onnx_external_data import locate_external_data, read_external_data
 from .onnx_tensors import check_inline_sizes
 
@@ -32,21 +32,38 @@ def load_onnx_model(path):
     return model
 
 
-def check_onnx_model(path, graph):
+def check_onnx_model(path, model):
     """onnx.checker's verdict on the file, by path, so that it resolves external data as the runtime
     would and never needs the weights in memory (models over 2 GB cannot be checked in memory).
 
     Run after the operator check: some exporters (ONNX Runtime GenAI's builder) write graphs that are
     not topologically sorted, which the checker rejects; the unsupported operator is the better answer.
     Graphs with operators that onnx does not define (ONNX Runtime's fused ones, which the operator check
-    has let through) are beyond the checker: for them the dataflow is checked instead."""
+    has let through) are beyond the checker: for them the dataflow is checked instead, and each node of an
+    operator onnx does define against its schema (inputs, outputs, attributes), which the matchers rely on
+    as they index a node's inputs."""
+    graph = model.graph
     if any(not onnx.defs.has(node.op_type, node.domain) for node in graph.node):
+        _check_standard_nodes(path, model)
         _check_dataflow(path, graph)
         return
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:
         raise ConvertError(f"{path}: invalid ONNX model ({_one_line(e)})") from None
+
+
+def _check_standard_nodes(path, model):
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version = model.ir_version
+    context.opset_imports = {opset.domain: opset.version for opset in model.opset_import}
+    for node in model.graph.node:
+        if onnx.defs.has(node.op_type, node.domain):
+            try:
+                onnx.checker.check_node(node, context)
+            except Exception as e:
+                raise ConvertError(f"{path}: invalid ONNX model (node '{node_label(node)}': {_one_line(e)})") \
+                    from None
 
 
 def _check_dataflow(path, graph):
