@@ -124,13 +124,26 @@ class CraftedGraphs(unittest.TestCase):
 
         def drop_cast_input(model):
             del next(n for n in model.graph.node if n.op_type == "Cast").input[:]
+
+        def drop_cast_input_in_ai_onnx(model):  # the default domain's other name, unknown to onnx.defs
+            cast = next(n for n in model.graph.node if n.op_type == "Cast")
+            cast.domain = "ai.onnx"
+            del cast.input[:]
         for name, edit, source, fragment in (("matmul_one_input", drop_weight, ORTGENAI_GPT2, "MatMul"),
                                              ("matmul_one_input_llama", drop_weight, ORTGENAI_LLAMA, "MatMul"),
-                                             ("cast_no_input", drop_cast_input, ORTGENAI_GPT2, "Cast")):
+                                             ("cast_no_input", drop_cast_input, ORTGENAI_GPT2, "Cast"),
+                                             ("ai_onnx_cast_no_input", drop_cast_input_in_ai_onnx, ORTGENAI_GPT2,
+                                              "Cast")):
             with self.subTest(name):
                 path = self._variant(name, edit, source)
                 assert_one_line_failure(self, convert(path, self.tmp / f"out_{name}", timeout=TIMEOUT),
                                         "invalid ONNX model (node", fragment, "input size")
+
+    def test_default_domain_spelled_ai_onnx_still_converts(self):
+        def respell(model):
+            for node in model.graph.node:
+                node.domain = "ai.onnx"
+        self._converts_like_the_plain_graph(self._variant("ai_onnx", respell))
 
 
 if __name__ == "__main__":

@@ -54,16 +54,31 @@ def check_onnx_model(path, model):
 
 
 def _check_standard_nodes(path, model):
+    """Checked in the default domain "" also when a node spells it "ai.onnx", which the converter (like ONNX
+    Runtime) accepts as its alias but onnx's schema lookup does not."""
     context = onnx.checker.C.CheckerContext()
     context.ir_version = model.ir_version
-    context.opset_imports = {opset.domain: opset.version for opset in model.opset_import}
+    context.opset_imports = {_schema_domain(opset.domain): opset.version for opset in model.opset_import}
     for node in model.graph.node:
-        if onnx.defs.has(node.op_type, node.domain):
+        if onnx.defs.has(node.op_type, _schema_domain(node.domain)):
+            if node.domain != _schema_domain(node.domain):
+                node = _in_domain(node, "")
             try:
                 onnx.checker.check_node(node, context)
             except Exception as e:
                 raise ConvertError(f"{path}: invalid ONNX model (node '{node_label(node)}': {_one_line(e)})") \
                     from None
+
+
+def _schema_domain(domain):
+    return "" if domain == "ai.onnx" else domain
+
+
+def _in_domain(node, domain):
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.domain = domain
+    return copy
 
 
 def _check_dataflow(path, graph):
