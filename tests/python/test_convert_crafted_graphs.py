@@ -139,6 +139,35 @@ class CraftedGraphs(unittest.TestCase):
                 assert_one_line_failure(self, convert(path, self.tmp / f"out_{name}", timeout=TIMEOUT),
                                         "invalid ONNX model (node", fragment, "input size")
 
+    def test_fused_nodes_need_the_inputs_and_outputs_of_their_schema(self):
+        """onnx.checker knows nothing of ONNX Runtime's fused operators; the matchers index their inputs."""
+        def truncate(op_type, inputs=None, outputs=None):
+            def edit(model):
+                node = next(n for n in model.graph.node if n.op_type == op_type)
+                if inputs is not None:
+                    del node.input[inputs:]
+                if outputs is not None:
+                    del node.output[outputs:]
+            return edit
+
+        def skip_only(op_type):  # the skip (residual) input alone: an IndexError where the matcher pairs it
+            def edit(model):
+                node = next(n for n in model.graph.node if n.op_type == op_type)
+                node.input[:] = [node.input[1]]
+            return edit
+        for name, edit, source, fragment in (
+                ("skip_norm_one_input", skip_only("SkipSimplifiedLayerNormalization"), ORTGENAI_LLAMA,
+                 "(SkipSimplifiedLayerNormalization) has 1 inputs"),
+                ("gpt2_skip_norm_one_input", skip_only("SkipLayerNormalization"), ORTGENAI_GPT2,
+                 "(SkipLayerNormalization) has 1 inputs"),
+                ("rotary_no_output", truncate("RotaryEmbedding", outputs=0), ORTGENAI_LLAMA, "0 outputs"),
+                ("fast_gelu_no_output", truncate("FastGelu", outputs=0), ORTGENAI_GPT2, "0 outputs"),
+                ("embed_norm_one_input", truncate("EmbedLayerNormalization", inputs=1), ORTGENAI_GPT2,
+                 "has at least 7 and 2")):
+            with self.subTest(name):
+                path = self._variant(name, edit, source)
+                assert_one_line_failure(self, convert(path, self.tmp / f"out_{name}", timeout=TIMEOUT), fragment)
+
     def test_default_domain_spelled_ai_onnx_still_converts(self):
         def respell(model):
             for node in model.graph.node:
