@@ -164,6 +164,24 @@ class ConverterRefusals(unittest.TestCase):
                     model, {"max_position_embeddings": "512", key: value}))
                 self._refused(path, f"metadata '{key}'", fragment)
 
+    def test_sizes_must_be_in_the_range_kvx_reads(self):
+        """A config.json value beyond 2^30 would give a directory that looks valid and fails to load."""
+        for props, fragment in (({"max_position_embeddings": "20000000"}, "max_seq_len would be 20000000; "
+                                                                         "kvx reads 1 to 16777216"),
+                                ({"max_position_embeddings": "512", "sliding_window": str(2 ** 31)},
+                                 f"sliding_window.window would be {2 ** 31}; kvx reads 1 to 1073741824")):
+            with self.subTest(props=props):
+                path = self._variant(f"range_{len(str(props))}", lambda model: helper.set_model_props(model, props))
+                self._refused(path, fragment)
+
+    def test_norm_eps_must_be_one_kvx_reads(self):
+        def zero_eps(model):
+            for layer in range(5):
+                replace_float_constant(model, f"/model/layers.{layer}/input_layernorm/", 1e-5, 0.0)
+                replace_float_constant(model, f"/model/layers.{layer}/post_attention_layernorm/", 1e-5, 0.0)
+            replace_float_constant(model, "/model/norm/", 1e-5, 0.0)
+        self._refused(self._variant("zero_eps", zero_eps), "norm eps would be 0.0", "above 0 and below 1")
+
     def test_sliding_window_metadata_must_be_carried_whole(self):
         full, sliding = '"full_attention"', '"sliding_attention"'
         for props, fragment in (({"sliding_window": "0"}, "must be a positive token count"),

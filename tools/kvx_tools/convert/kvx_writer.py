@@ -11,6 +11,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
+from .convert_errors import ConvertError
 from .staged_dir import write_staged
 from .tokenizer_bundle import BUNDLED_FILES
 
@@ -18,6 +19,14 @@ FORMAT_VERSION = 1
 CONVERTER_ID = "kvx-convert 1"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+# The largest value kvx's loader reads for each size in config.json (ConfigLimits, engine/model/model_config.h;
+# this branch's loader still allows 2^30 for each, main's has these): a directory with a value beyond one would
+# look valid and fail to load. A crafted graph reaches them through metadata, or through a tensor of zero
+# elements with one huge dimension, so they are checked where the config is made.
+CONFIG_LIMITS = {"dim": 1 << 16, "hidden_dim": 1 << 18, "n_layers": 1024, "n_heads": 1024, "n_kv_heads": 1024,
+                 "head_dim": 4096, "vocab_size": 1 << 22, "max_seq_len": 1 << 24}
+CONFIG_WIDTH_LIMIT = 1 << 18  # n_heads x head_dim
+SLIDING_WINDOW_LIMIT = 1 << 30
 
 
 def _json_float32(value):
@@ -54,7 +63,21 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, we
     if bundle.chat_template is not None:
         config["chat"] = bundle.chat_template
     config["source"] = {"onnx": onnx_name, "converter": CONVERTER_ID}
+    _check_ranges(config)
     return config
+
+
+def _check_ranges(config):
+    sizes = [(key, config[key], limit) for key, limit in CONFIG_LIMITS.items()]
+    sizes.append(("n_heads x head_dim", config["n_heads"] * config["head_dim"], CONFIG_WIDTH_LIMIT))
+    if "sliding_window" in config:
+        sizes.append(("sliding_window.window", config["sliding_window"]["window"], SLIDING_WINDOW_LIMIT))
+    for key, value, limit in sizes:
+        if not 1 <= value <= limit:
+            raise ConvertError(f"the model's {key} would be {value}; kvx reads 1 to {limit}")
+    if not 0 < config["norm_eps"] < 1:
+        raise ConvertError(f"the model's norm eps would be {config['norm_eps']}; kvx reads a number above 0 and "
+                           "below 1")
 
 
 def write_model_dir(out_dir, config, tensors, files):
