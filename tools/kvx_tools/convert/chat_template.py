@@ -16,6 +16,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .bounded_child import ChildFailed, LimitExceeded, run_bounded
+from .convert_errors import ConvertError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 PROBE_SYSTEM = "You answer briefly."
@@ -100,7 +101,8 @@ def _analyse(source, bos_token, eos_token):
     except MemoryError:
         raise  # run_bounded reports it with the limit
     except Exception as e:  # a template's Python-level failure (TypeError, RecursionError, ...) is its own fault
-        return _unsupported(f"jinja2 cannot render it: {type(e).__name__}: {e}")
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        return _unsupported(f"jinja2 cannot render it: {type(e).__name__}: {first_line}")
     entry = {"format": "chatml"}
     if default_system is not None:
         entry["default_system"] = default_system
@@ -120,3 +122,5 @@ def analyse_chat_template(source, bos_token="", eos_token=""):
         return _unsupported(f"rendering it {e}")
     except ChildFailed as e:  # the child crashed (a C-level stack overflow, say) rather than report
         return _unsupported(f"jinja2 cannot render it: {e}")
+    except OSError as e:  # no process to render in: the machine's fault, not the template's
+        raise ConvertError(f"cannot start a process to analyse the chat template ({e.strerror or e})") from None
