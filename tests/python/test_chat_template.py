@@ -3,11 +3,13 @@
 spellings are recognised (with their default system message), anything else is refused with a reason,
 including templates that fail in Python, never end, or need unbounded memory or output."""
 
+import errno
 import time
 import unittest
 from unittest import mock
 
-from kvx_tools.convert import chat_template
+from kvx_tools.convert import bounded_child, chat_template
+from kvx_tools.convert.convert_errors import ConvertError
 from kvx_tools.convert.chat_template import analyse_chat_template, chatml
 
 # ChatML written as a loop that concatenates strings.
@@ -96,6 +98,11 @@ class ChatTemplates(unittest.TestCase):
     def test_output_length_is_bounded(self):
         entry = analyse_chat_template(LONG_OUTPUT)
         self.assertEqual(entry, {"format": None, "unsupported": "its rendering is longer than 1000000 characters"})
+
+    def test_no_process_to_render_in_is_a_convert_error(self):
+        with mock.patch.object(bounded_child.os, "fork", side_effect=OSError(errno.EAGAIN, "Resource busy")):
+            with self.assertRaisesRegex(ConvertError, "cannot start a process to analyse the chat template"):
+                analyse_chat_template(CHATML_PLAIN)
 
     def test_analysis_is_fast(self):
         """The bounds cost a fork per template, not seconds: conversions in the tests run by the dozen."""
