@@ -1,8 +1,13 @@
 """Every bad input to the kvx command line: one clear line on stderr, a non-zero exit, no crash."""
 import os
+import tempfile
 import unittest
 
-from kvx_cli import run
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from kvx_cli import FIXTURES, run
 
 
 class ErrorsTest(unittest.TestCase):
@@ -57,6 +62,22 @@ class ErrorsTest(unittest.TestCase):
         self.assert_fails(["tokenize", "-m", "/nonexistent", "-p", "x"], "no model at")
         self.assert_fails(["tokenize", "-f", "/nonexistent/text.txt"], "cannot read text file")
 
+    def test_convert_checks_weights_unless_told_not_to(self):
+        """kvx convert passes --check-weights / --no-check-weights on to the converter."""
+        with tempfile.TemporaryDirectory() as tmp:
+            model = onnx.load(os.path.join(FIXTURES, "stories260K", "model.onnx"))
+            tensor = next(t for t in model.graph.initializer if numpy_helper.to_array(t).ndim == 2)
+            poisoned = numpy_helper.to_array(tensor).copy()
+            poisoned[0, 0] = np.nan
+            tensor.CopyFrom(numpy_helper.from_array(poisoned, tensor.name))
+            path = os.path.join(tmp, "nan.onnx")
+            onnx.save(model, path)
+            out = os.path.join(tmp, "out")
+            self.assert_fails(["convert", path, "-o", out], "holds 1 non-finite value")
+            self.assert_fails(["convert", path, "-o", out, "--check-weights"], "holds 1 non-finite value")
+            code, _, err = run("convert", path, "-o", out, "--no-check-weights")
+            self.assertEqual(code, 0, err)
+
     def test_unsupported_simd_level(self):
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             has_avx512 = " avx512f" in f.read()
@@ -77,7 +98,8 @@ class ErrorsTest(unittest.TestCase):
             "generate": ["-m", "-p", "-f", "--tokens", "-n", "--temp", "--top-k", "--top-p", "--seed", "-t", "-c",
                          "--block-size", "--simd", "--kv-dtype", "--device", "--verbose"],
             "logits": ["-m", "--tokens", "-p", "-o", "--n-prefill", "-t", "-c", "--block-size", "--simd", "--device"],
-            "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len", "--dtype"],
+            "convert": ["-o", "--tokenizer", "--merges", "--chat-template", "--max-seq-len", "--dtype",
+                        "--check-weights", "--no-check-weights"],
             "tokenize": ["-m", "-p", "-f", "--ids", "--no-bos", "--stats"],
         }
         code, out, _ = run("--help")

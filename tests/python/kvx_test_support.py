@@ -21,11 +21,12 @@ ORTGENAI_GPT2_TOKENIZER = SHARED / "models" / "ortgenai-tiny-random-gpt2-fp32" /
 ORTGENAI_LLAMA = SHARED / "models" / "ortgenai-tiny-random-llama-fp16" / "model.onnx"
 
 
-def run_tool(module, *args):
+def run_tool(module, *args, timeout=None):
     """Runs `python -m MODULE` (a kvx_tools command) with args; returns the CompletedProcess (text output
-    captured)."""
+    captured). timeout: seconds, past which subprocess.TimeoutExpired fails the test (for inputs that used
+    to hang)."""
     return subprocess.run([sys.executable, "-m", module, *map(str, args)],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, timeout=timeout)
 
 
 def run_ok(testcase, module, *args):
@@ -48,9 +49,9 @@ def export_random(onnx_path, *, dim, hidden, layers, heads, kv_heads, head_dim, 
     return onnx_path
 
 
-def convert(onnx_path, out_dir, *extra):
+def convert(onnx_path, out_dir, *extra, timeout=None):
     """Runs the converter CLI; returns the CompletedProcess."""
-    return run_tool("kvx_tools.convert", onnx_path, "-o", out_dir, *extra)
+    return run_tool("kvx_tools.convert", onnx_path, "-o", out_dir, *extra, timeout=timeout)
 
 
 def assert_one_line_failure(testcase, result, *fragments):

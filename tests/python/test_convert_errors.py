@@ -99,6 +99,38 @@ class ConverterRefusals(unittest.TestCase):
         truncated.write_bytes(self.stories.read_bytes()[:600_000])
         self._refused(truncated, "truncated.onnx: not an ONNX model, or a truncated one")
 
+    def test_non_finite_weights_are_refused(self):
+        def poison_q_proj(model):
+            tensor = next(t for t in model.graph.initializer
+                          if t.name == "model.layers.0.self_attn.q_proj.weight_in_out")
+            value = numpy_helper.to_array(tensor).copy()
+            value[1, 2:5] = np.nan
+            value[7, 7] = -np.inf
+            tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+        path = self._variant("nan_q_proj", poison_q_proj)
+        self._refused(path, "weight layers.0.wq (ONNX initializer 'model.layers.0.self_attn.q_proj.weight_in_out') "
+                            "holds 4 non-finite values (NaN or infinity)", "--no-check-weights")
+        out_dir = self.tmp / "nan_kept"
+        run_ok(self, "kvx_tools.convert", path, "-o", out_dir, "--no-check-weights")
+        self.assertTrue((out_dir / "model.safetensors").is_file())
+
+    def test_non_finite_constants_the_model_does_not_store_are_allowed(self):
+        """An attention mask's -inf is no weight: only what the model directory stores is checked."""
+        def add_mask_constant(model):
+            model.graph.initializer.append(numpy_helper.from_array(np.array([-np.inf], np.float32), "mask_min"))
+        out_dir = self.tmp / "mask_constant"
+        run_ok(self, "kvx_tools.convert", self._variant("mask_constant", add_mask_constant), "-o", out_dir,
+               "--check-weights")
+        self.assertTrue((out_dir / "config.json").is_file())
+
+    def test_norm_eps_must_be_finite(self):
+        def infinite_eps(model):
+            for layer in range(5):
+                replace_float_constant(model, f"/model/layers.{layer}/input_layernorm/", 1e-5, np.inf)
+                replace_float_constant(model, f"/model/layers.{layer}/post_attention_layernorm/", 1e-5, np.inf)
+            replace_float_constant(model, "/model/norm/", 1e-5, np.inf)
+        self._refused(self._variant("infinite_eps", infinite_eps), "RMSNorm eps is inf")
+
     def test_tokenizer_size_must_match_vocab(self):
         data = STORIES_TOKENIZER.read_bytes()
         # Drop the last entry: walk the entries (score, length, bytes) to find where it starts.
@@ -131,6 +163,24 @@ class ConverterRefusals(unittest.TestCase):
                 path = self._variant(f"{key}_{len(value)}", lambda model: helper.set_model_props(
                     model, {"max_position_embeddings": "512", key: value}))
                 self._refused(path, f"metadata '{key}'", fragment)
+
+    def test_sizes_must_be_in_the_range_kvx_reads(self):
+        """A config.json value beyond 2^30 would give a directory that looks valid and fails to load."""
+        for props, fragment in (({"max_position_embeddings": "20000000"}, "max_seq_len would be 20000000; "
+                                                                         "kvx reads 1 to 16777216"),
+                                ({"max_position_embeddings": "512", "sliding_window": str(2 ** 31)},
+                                 f"sliding_window.window would be {2 ** 31}; kvx reads 1 to 1073741824")):
+            with self.subTest(props=props):
+                path = self._variant(f"range_{len(str(props))}", lambda model: helper.set_model_props(model, props))
+                self._refused(path, fragment)
+
+    def test_norm_eps_must_be_one_kvx_reads(self):
+        def zero_eps(model):
+            for layer in range(5):
+                replace_float_constant(model, f"/model/layers.{layer}/input_layernorm/", 1e-5, 0.0)
+                replace_float_constant(model, f"/model/layers.{layer}/post_attention_layernorm/", 1e-5, 0.0)
+            replace_float_constant(model, "/model/norm/", 1e-5, 0.0)
+        self._refused(self._variant("zero_eps", zero_eps), "norm eps would be 0.0", "above 0 and below 1")
 
     def test_sliding_window_metadata_must_be_carried_whole(self):
         full, sliding = '"full_attention"', '"sliding_attention"'

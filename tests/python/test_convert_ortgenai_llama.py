@@ -125,6 +125,16 @@ class OrtGenAiLlama(unittest.TestCase):
         self.assertFalse(out_dir.exists(), "nothing may be written on failure")
         return line
 
+    def test_tensor_storage_must_fit_its_shape(self):
+        """onnx.checker cannot check a graph of ONNX Runtime's fused operators, so the converter checks every
+        tensor's storage against its shape itself: here a typed Constant one value short."""
+        def short_constant(model):
+            value = next(n for n in model.graph.node if n.op_type == "Constant").attribute[0].t
+            value.ClearField("raw_data")
+            value.int64_data.append(2)
+            value.dims[:] = [3]
+        self.refused("short_constant", short_constant, "holds 1 values, its shape [3] needs 3")
+
     def test_scaled_rope_tables_are_refused(self):
         def scale_caches(model):  # an attention factor on cos and sin, as scaled RoPE variants have
             for tensor in model.graph.initializer:

@@ -4,6 +4,8 @@
 match; everything it must refuse exits 1 with one line naming the problem and writes nothing."""
 
 import json
+import os
+import shutil
 import tempfile
 import unittest
 from pathlib import Path
@@ -38,7 +40,7 @@ class TokenizerBundling(unittest.TestCase):
 
     def _refused(self, onnx_path, extra, *fragments):
         out = self.tmp / "refused"
-        line = assert_one_line_failure(self, convert(onnx_path, out, *extra), *fragments)
+        line = assert_one_line_failure(self, convert(onnx_path, out, *extra, timeout=120), *fragments)
         self.assertFalse(out.exists(), "nothing may be written on failure")
         return line
 
@@ -121,6 +123,42 @@ class TokenizerBundling(unittest.TestCase):
         ]:
             with self.subTest(name):
                 self._refused(self.hf_model, ["--tokenizer", self._edited_tokenizer_json(f"{name}.json", edit)], fragment)
+
+    def test_template_that_fails_in_python_is_kept_with_the_reason(self):
+        """A template's own failure (here a TypeError) is no converter crash: bundled, marked unsupported."""
+        template = self.tmp / "type_error.jinja"
+        template.write_text("{{ messages + 1 }}", encoding="utf-8")
+        out, config = self._converted("type_error", self.small_model, "--chat-template", template)
+        self.assertIsNone(config["chat"]["format"])
+        self.assertIn("jinja2 cannot render it: TypeError", config["chat"]["unsupported"])
+        self.assertTrue((out / "chat_template.jinja").is_file())
+
+    def test_inputs_that_are_not_regular_files_are_refused_unread(self):
+        """Opening a FIFO blocks until something writes to it: the converter used to wait for ever."""
+        fifo = self.tmp / "fifo"
+        os.mkfifo(fifo)
+        for flag, what in (("--tokenizer", "tokenizer"), ("--chat-template", "chat template")):
+            with self.subTest(flag):
+                self._refused(self.gpt2_model, [flag, fifo], f"{what} {fifo}: not a regular file")
+        self._refused(self.gpt2_model, ["--tokenizer", GPT2_ENCODER, "--merges", fifo], "merges", "not a regular file")
+
+    def test_json_nested_too_deep_is_refused(self):
+        deep = self.tmp / "deep.json"
+        deep.write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}", encoding="utf-8")
+        self._refused(self.gpt2_model, ["--tokenizer", deep], "nests JSON deeper than")
+
+    def test_tokenizer_config_must_be_an_object(self):
+        folder = self.tmp / "config_list"
+        folder.mkdir()
+        shutil.copyfile(ORTGENAI_GPT2_TOKENIZER, folder / "tokenizer.json")
+        (folder / "tokenizer_config.json").write_text("[]", encoding="utf-8")
+        self._refused(self.hf_model, ["--tokenizer", folder / "tokenizer.json"], "tokenizer_config.json",
+                      "not a JSON object")
+
+    def test_chat_template_size_is_bounded(self):
+        huge = self.tmp / "huge.jinja"
+        huge.write_text("x" * (2 << 20), encoding="utf-8")
+        self._refused(self.gpt2_model, ["--chat-template", huge], f"is {2 << 20} bytes", "at most 1048576")
 
     def test_chat_template_must_be_text(self):
         binary = self.tmp / "template.bin"

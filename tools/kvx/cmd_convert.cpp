@@ -23,6 +23,7 @@ struct ConvertOptions {
     std::string chat_template;
     int max_seq_len = 0;
     std::string dtype;  // "f16", "f32", or empty: the graph's own
+    bool check_weights = true;  // refuse weights holding NaN or infinity
 };
 
 std::string env_or(const char* name, const char* fallback) {
@@ -59,6 +60,7 @@ int run_convert(const ConvertOptions& o) {
     if (!o.chat_template.empty()) args.insert(args.end(), {"--chat-template", o.chat_template});
     if (o.max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(o.max_seq_len)});
     if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
+    args.push_back(o.check_weights ? "--check-weights" : "--no-check-weights");
 
     // Everything the child needs is built before fork: kvx may run OpenMP threads, and the child of a threaded
     // process must not allocate before exec.
@@ -95,6 +97,8 @@ void add_convert_command(CLI::App& app) {
                     "Storage of the weight matrices: f16 or f32 (default: the ONNX graph's, f16 when all its "
                     "matrices are fp16, else f32)")
         ->check(CLI::IsMember({"f16", "f32"}));
+    cmd->add_flag("--check-weights,!--no-check-weights", o->check_weights,
+                  "Refuse weights that hold NaN or infinity (default: on; --no-check-weights keeps them)");
     cmd->callback([o] {
         const int code = run_convert(*o);
         if (code != 0) std::exit(code);  // the converter has already said what went wrong

@@ -20,6 +20,8 @@ def read_json(path, what):
         raise ConvertError(f"cannot read {what} {path}: {e.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConvertError(f"{what} {path} is not valid JSON ({e})") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise ConvertError(f"{what} {path} nests JSON deeper than Python's parser can follow") from None
 
 
 def _vocab(vocab, path):
@@ -154,6 +156,8 @@ def special_token_ids(tokenizer_json_path, ids):
     if not config_path.is_file():
         return -1, []
     config = read_json(config_path, "tokenizer config")
+    if not isinstance(config, dict):
+        raise ConvertError(f"tokenizer config {config_path} is not a JSON object")
 
     def token_id(key):
         token = config.get(key)

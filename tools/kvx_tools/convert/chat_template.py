@@ -5,13 +5,30 @@ environment HF transformers uses for apply_chat_template, on probe conversations
 when every rendering equals what that format would produce: today ChatML, with or without a default
 system message. A template that matches nothing is kept in the model directory with the reason, so that
 `kvx chat` can say why it refuses.
+
+A template is a program, and jinja2's sandbox bounds neither its time nor its memory: the analysis runs in a
+child process with both bounded (bounded_child.py), and each rendering's length is bounded as it is produced.
+A template that breaches a bound is treated like one that jinja2 cannot render: kept, with the reason. It is
+no reason to stop the conversion, since the weights do not depend on it and `kvx chat` is the only reader.
 """
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .bounded_child import ChildFailed, LimitExceeded, run_bounded
+from .convert_errors import ConvertError
+
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 PROBE_SYSTEM = "You answer briefly."
+# Real templates render the probes in milliseconds into a few hundred characters (a few kB with a long
+# default system message); these bounds leave orders of magnitude of room.
+RENDER_SECONDS = 10
+RENDER_MEMORY_BYTES = 512 << 20
+RENDER_MAX_CHARS = 1_000_000
+
+
+class RenderTooLong(Exception):
+    pass
 
 
 def chatml(messages, default_system=None):
@@ -50,23 +67,60 @@ def _default_system(rendered_single_user):
     return rendered_single_user[len(head):end] if end >= 0 else None
 
 
-def analyse_chat_template(source, bos_token="", eos_token=""):
-    """config.json's "chat" entry (minus the file name) for the template text `source`."""
+def _bounded_render(template, **context):
+    """template rendered with context, stopped as soon as it passes RENDER_MAX_CHARS."""
+    parts, length = [], 0
+    for part in template.generate(**context):
+        length += len(part)
+        if length > RENDER_MAX_CHARS:
+            raise RenderTooLong(f"its rendering is longer than {RENDER_MAX_CHARS} characters")
+        parts.append(part)
+    return "".join(parts)
+
+
+def _analyse(source, bos_token, eos_token):
+    """The analysis proper, run in the child process: the "chat" entry."""
     try:
         template = _environment().from_string(source)
-        render = lambda messages: template.render(messages=messages, add_generation_prompt=True,
-                                                  bos_token=bos_token, eos_token=eos_token)
+
+        def render(messages):
+            return _bounded_render(template, messages=messages, add_generation_prompt=True, bos_token=bos_token,
+                                   eos_token=eos_token)
+
         probes = _probes()
         default_system = _default_system(render(probes[0]))
         for messages in probes:
             got, want = render(messages), chatml(messages, default_system)
             if got != want:
-                return {"format": None,
-                        "unsupported": f"its rendering of a {len(messages)}-message conversation is not ChatML "
-                                       f"(starts {got[:60]!r}); kvx applies ChatML templates only"}
+                return _unsupported(f"its rendering of a {len(messages)}-message conversation is not ChatML "
+                                    f"(starts {got[:60]!r}); kvx applies ChatML templates only")
+    except RenderTooLong as e:
+        return _unsupported(str(e))
     except jinja2.exceptions.TemplateError as e:
-        return {"format": None, "unsupported": f"jinja2 cannot render it: {e}"}
+        return _unsupported(f"jinja2 cannot render it: {e}")
+    except MemoryError:
+        raise  # run_bounded reports it with the limit
+    except Exception as e:  # a template's Python-level failure (TypeError, RecursionError, ...) is its own fault
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        return _unsupported(f"jinja2 cannot render it: {type(e).__name__}: {first_line}")
     entry = {"format": "chatml"}
     if default_system is not None:
         entry["default_system"] = default_system
     return entry
+
+
+def _unsupported(reason):
+    return {"format": None, "unsupported": reason}
+
+
+def analyse_chat_template(source, bos_token="", eos_token=""):
+    """config.json's "chat" entry (minus the file name) for the template text `source`."""
+    try:
+        return run_bounded(lambda: _analyse(source, bos_token, eos_token), seconds=RENDER_SECONDS,
+                           memory_bytes=RENDER_MEMORY_BYTES)
+    except LimitExceeded as e:
+        return _unsupported(f"rendering it {e}")
+    except ChildFailed as e:  # the child crashed (a C-level stack overflow, say) rather than report
+        return _unsupported(f"jinja2 cannot render it: {e}")
+    except OSError as e:  # no process to render in: the machine's fault, not the template's
+        raise ConvertError(f"cannot start a process to analyse the chat template ({e.strerror or e})") from None

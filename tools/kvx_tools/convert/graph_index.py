@@ -12,6 +12,9 @@ from .convert_errors import ConvertError, cannot_map
 # Ops that move or reshape data without changing values; matchers look through them when they trace
 # where a tensor comes from (cos/sin caches, repeat_kv).
 PASS_THROUGH_OPS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast", "Identity"})
+# Reshape targets in decoders have 3 or 4 dims; a longer one is no shape but a crafted graph's attempt to make
+# fold_dims build an enormous list.
+MAX_SHAPE_RANK = 64
 
 
 class GraphIndex:
@@ -85,28 +88,42 @@ class GraphIndex:
     # -- constants ------------------------------------------------------------------------------
 
     def constant(self, tensor):
-        """The value of an initializer or Constant node output as a numpy array; None otherwise."""
-        if tensor in self._arrays:
-            return self._arrays[tensor]
-        value = None
-        if tensor in self._initializers:
-            value = self._to_array(self._initializers[tensor], tensor)
-        else:
+        """The value of an initializer or Constant node output, looking through Identity nodes, as a numpy
+        array; None otherwise. Iterative: a crafted graph can chain any number of Identity nodes."""
+        chain, followed = [], set()  # the Identity outputs followed to reach the value, cached with it
+        while tensor not in self._arrays:
             node = self.producer(tensor)
-            if node is not None and node.op_type == "Constant":
-                value = _constant_node_value(node)
-            elif node is not None and node.op_type == "Identity":
-                value = self.constant(node.input[0])
-        if value is not None:
+            if tensor in self._initializers:
+                value = self._to_array(self._initializers[tensor], tensor)
+            elif node is not None and node.op_type == "Constant":
+                value = self._to_array(node, tensor, _constant_node_value)
+            elif node is not None and node.op_type == "Identity" and node.input and tensor not in followed:
+                chain.append(tensor)
+                followed.add(tensor)
+                tensor = node.input[0]
+                continue
+            else:
+                return None
+            if value is None:  # a Constant node of a kind matchers never need (a string, a sparse tensor)
+                return None
             self._arrays[tensor] = value
+            break
+        value = self._arrays[tensor]
+        self._arrays.update(dict.fromkeys(chain, value))
         return value
 
+    def constants_read(self):
+        """ONNX name -> array of every constant read so far: initializers and Constant-node outputs (the
+        names matchers reached them by through Identity nodes are left out)."""
+        return {name: value for name, value in self._arrays.items()
+                if name in self._initializers or self.producer_op(name, "Constant") is not None}
+
     @staticmethod
-    def _to_array(tensor_proto, name):
+    def _to_array(proto, name, read=numpy_helper.to_array):
         try:
-            return numpy_helper.to_array(tensor_proto)
+            return read(proto)
         except Exception as e:  # malformed tensor data: report it as bad input, not a crash
-            raise ConvertError(f"initializer '{name}' cannot be read: {e}") from None
+            raise ConvertError(f"constant '{name}' cannot be read: {e}") from None
 
     def scalar(self, tensor):
         """A constant holding one number, as a Python float; None if tensor is not one."""
@@ -120,19 +137,52 @@ class GraphIndex:
         element known at export time and None per element read from a Shape at run time.
 
         Handles constants and torch's Concat(Unsqueeze(Gather(Shape(x), i)), constant, ...) chains.
-        """
+        Iterative, each tensor folded once: a crafted graph may nest these ops any number of levels deep, or
+        reuse a tensor at every level (Concat(a, a) of Concat(b, b) ...), which recursion would take
+        exponential time over."""
+        folded, stack = {}, [tensor]
+        expanding = set()  # tensors waiting for the parts above them on the stack: a part among them is a cycle
+        while stack:
+            t = stack[-1]
+            if t in folded:
+                stack.pop()
+                continue
+            dims, parts = self._fold_step(t, at_node)
+            if parts is not None:
+                pending = [p for p in parts if p not in folded]
+                if pending:
+                    if expanding.intersection(pending):  # only a malformed graph has one
+                        raise cannot_map(at_node, f"a shape computation without a cycle (through '{t}')")
+                    expanding.add(t)
+                    stack.extend(pending)
+                    continue
+                expanding.discard(t)
+                dims = [d for p in parts for d in folded[p]]
+            if len(dims) > MAX_SHAPE_RANK:
+                raise cannot_map(at_node, f"a target shape of at most {MAX_SHAPE_RANK} dims ('{t}' has "
+                                          f"{len(dims)})")
+            folded[t] = dims
+            stack.pop()
+        return folded[tensor]
+
+    def _fold_step(self, tensor, at_node):
+        """(dims, None) when tensor's dims are known without folding others, else (None, the tensors whose
+        dims, concatenated, are its own)."""
         value = self.constant(tensor)
         if value is not None:
-            return [int(v) for v in np.asarray(value).reshape(-1)]
+            if value.size > MAX_SHAPE_RANK:
+                raise cannot_map(at_node, f"a target shape of at most {MAX_SHAPE_RANK} dims ('{tensor}' holds "
+                                          f"{value.size})")
+            return [int(v) for v in np.asarray(value).reshape(-1)], None
         node = self.producer(tensor)
         op = node.op_type if node is not None else None
         if op == "Concat":
-            return [d for part in node.input for d in self.fold_dims(part, at_node)]
-        if op in ("Unsqueeze", "Cast", "Identity"):
-            return self.fold_dims(node.input[0], at_node)
-        if op == "Gather" and self.producer_op(node.input[0], "Shape") is not None:
+            return None, list(node.input)
+        if op in ("Unsqueeze", "Cast", "Identity") and node.input:
+            return None, [node.input[0]]
+        if op == "Gather" and len(node.input) == 2 and self.producer_op(node.input[0], "Shape") is not None:
             indices = self.constant(node.input[1])
-            return [None] * (1 if indices is None else max(1, np.asarray(indices).size))
+            return [None] * (1 if indices is None else max(1, np.asarray(indices).size)), None
         raise cannot_map(at_node, f"a shape built from constants and Shape/Gather/Unsqueeze/Concat "
                                   f"(cannot evaluate '{tensor}')")
 

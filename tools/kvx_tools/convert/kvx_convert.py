@@ -2,6 +2,7 @@
 
   python3 -m kvx_tools.convert MODEL.onnx -o MODEL_DIR [--tokenizer FILE [--merges vocab.bpe]]
                               [--chat-template FILE] [--max-seq-len N] [--dtype f16|f32]
+                              [--check-weights | --no-check-weights]
 
 The tokenizer is a llama2.c tokenizer.bin, an HF tokenizer.json (byte-level BPE), or GPT-2's encoder.json
 with its vocab.bpe given by --merges.
@@ -24,6 +25,7 @@ from .op_support import check_supported_ops
 from .sliding_window import sliding_window_of
 from .special_tokens import special_token_ids
 from .tokenizer_bundle import bundle
+from .weight_check import check_finite_weights
 from .weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
 
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
@@ -56,19 +58,23 @@ def max_seq_len_of(model, override, n_positions=None, table="the position embedd
 
 
 def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None,
-            dtype=None):
+            dtype=None, check_weights=True):
     """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict.
-    dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py)."""
+    dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py).
+    check_weights: refuse weights holding NaN or infinity (weight_check.py)."""
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
-    check_onnx_model(onnx_path, model.graph)
-    mapped = map_graph(GraphIndex(model.graph))
+    check_onnx_model(onnx_path, model)
+    ix = GraphIndex(model.graph)
+    mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
     if positions is None:
         seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables")
     else:
         seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0])
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
+    if check_weights:  # after the slice above: rows beyond the context are not stored, so cannot harm
+        check_finite_weights(mapped.tensors, ix.constants_read())
     vocab_size = mapped.hyperparameters["vocab_size"]
     extras = bundle(tokenizer_path, merges_path, chat_template_path, vocab_size)
     # Ids the exporter wrote into the ONNX metadata win over those the tokenizer files imply.
@@ -103,12 +109,20 @@ def main(argv=None, prog=None):
                                                         "precomputed RoPE tables)")
     parser.add_argument("--dtype", choices=sorted(NUMPY_DTYPES), help="storage of the weight matrices "
                         "(default: the graph's: f16 when all its matrices are fp16, else f32)")
+    parser.add_argument("--check-weights", action=argparse.BooleanOptionalAction, default=True,
+                        help="refuse weights that hold NaN or infinity (default: on)")
     args = parser.parse_args(argv)
     try:
         convert(args.model, args.output, args.tokenizer, args.max_seq_len, args.merges, args.chat_template,
-                args.dtype)
+                args.dtype, args.check_weights)
     except ConvertError as e:
         print(f"kvx convert: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: the writer has already removed what it staged (staged_dir.py)
+        print("kvx convert: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("kvx convert: out of memory", file=sys.stderr)
         return 1
     return 0
 

@@ -1,18 +1,32 @@
-"""Writes the kvx model directory of docs/model-format.md."""
+"""Writes the kvx model directory of docs/model-format.md, through a staging folder (staged_dir.py) so that a
+failed conversion never leaves a config.json naming missing or truncated files."""
 
+import errno
 import json
 import os
+import re
 import shutil
-from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
+from .convert_errors import ConvertError
+from .staged_dir import write_staged
 from .tokenizer_bundle import BUNDLED_FILES
 
 FORMAT_VERSION = 1
 CONVERTER_ID = "kvx-convert 1"
 WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+# The largest value kvx's loader reads for each size in config.json (ConfigLimits, engine/model/model_config.h;
+# this branch's loader still allows 2^30 for each, main's has these): a directory with a value beyond one would
+# look valid and fail to load. A crafted graph reaches them through metadata, or through a tensor of zero
+# elements with one huge dimension, so they are checked where the config is made.
+CONFIG_LIMITS = {"dim": 1 << 16, "hidden_dim": 1 << 18, "n_layers": 1024, "n_heads": 1024, "n_kv_heads": 1024,
+                 "head_dim": 4096, "vocab_size": 1 << 22, "max_seq_len": 1 << 24}
+CONFIG_WIDTH_LIMIT = 1 << 18  # n_heads x head_dim
+SLIDING_WINDOW_LIMIT = 1 << 30
 
 
 def _json_float32(value):
@@ -49,21 +63,46 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, we
     if bundle.chat_template is not None:
         config["chat"] = bundle.chat_template
     config["source"] = {"onnx": onnx_name, "converter": CONVERTER_ID}
+    _check_ranges(config)
     return config
+
+
+def _check_ranges(config):
+    sizes = [(key, config[key], limit) for key, limit in CONFIG_LIMITS.items()]
+    sizes.append(("n_heads x head_dim", config["n_heads"] * config["head_dim"], CONFIG_WIDTH_LIMIT))
+    if "sliding_window" in config:
+        sizes.append(("sliding_window.window", config["sliding_window"]["window"], SLIDING_WINDOW_LIMIT))
+    for key, value, limit in sizes:
+        if not 1 <= value <= limit:
+            raise ConvertError(f"the model's {key} would be {value}; kvx reads 1 to {limit}")
+    if not 0 < config["norm_eps"] < 1:
+        raise ConvertError(f"the model's norm eps would be {config['norm_eps']}; kvx reads a number above 0 and "
+                           "below 1")
 
 
 def write_model_dir(out_dir, config, tensors, files):
     """tensors: kvx name -> array in kvx layout and stored dtype. files: name in the directory -> file copied verbatim
-    (tokenizer, chat template)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out_dir / WEIGHTS_FILE))
-    for name in BUNDLED_FILES:
-        if name in files:
-            shutil.copyfile(files[name], out_dir / name)
-        else:
-            (out_dir / name).unlink(missing_ok=True)  # a stale one would contradict config.json
-    config_path = out_dir / "config.json"
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
-    # safetensors creates its file 0600; give it the permissions a plain write got under this umask.
-    os.chmod(out_dir / WEIGHTS_FILE, config_path.stat().st_mode & 0o777)
+    (tokenizer, chat template). Raises OSError for anything the filesystem refuses (a full disk, say)."""
+    def write_files(folder):
+        _save_weights(tensors, folder / WEIGHTS_FILE)
+        for name in BUNDLED_FILES:
+            if name in files:
+                shutil.copyfile(files[name], folder / name)
+        config_path = folder / CONFIG_FILE
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        # safetensors creates its file 0600; give it the permissions a plain write got under this umask.
+        os.chmod(folder / WEIGHTS_FILE, config_path.stat().st_mode & 0o777)
+
+    write_staged(out_dir, write_files, owned=(WEIGHTS_FILE, CONFIG_FILE, *BUNDLED_FILES), marker=CONFIG_FILE)
+
+
+def _save_weights(tensors, path):
+    """safetensors' save_file, its I/O failures raised as the OSError they are (it reports them as
+    SafetensorError, with the OS error number in the text)."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as e:
+        code = re.search(r"os error (\d+)", str(e))
+        if code is None:
+            raise OSError(errno.EIO, str(e)) from None
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1)))) from None

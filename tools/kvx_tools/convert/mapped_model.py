@@ -25,10 +25,13 @@ def float_weight(array, what):
 
 
 def the_one_eps(values, norm_kind):
-    """The eps every norm of the graph uses; kvx has one norm_eps per model."""
+    """The eps every norm of the graph uses; kvx has one norm_eps per model, a finite number (JSON has no other)."""
     if len(values) != 1:
         raise ConvertError(f"cannot map graph: {norm_kind}s use different eps values {sorted(values)}")
-    return next(iter(values))
+    eps = next(iter(values))
+    if not np.isfinite(eps):
+        raise ConvertError(f"cannot map graph: the {norm_kind} eps is {eps}")
+    return eps
 
 
 def add_classifier(tensors, classifier, embedding):

@@ -26,6 +26,19 @@ SUPPORTED_DEFAULT_OPS = frozenset({
 # Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft
 # domain; the default domain ("") holds the few ONNX Runtime registers there (SimplifiedLayerNormalization).
 SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS) | ORTGENAI_LLAMA_OPS
+# The fewest inputs and outputs of each in ONNX Runtime's contrib operator schemas (an optional one in between
+# may be ""). The matchers index them, and onnx.checker, which does not know these operators, cannot check.
+FUSED_MIN_ARITY = {
+    (MS_DOMAIN, "EmbedLayerNormalization"): (7, 2),
+    (MS_DOMAIN, "Attention"): (2, 1),
+    (MS_DOMAIN, "SkipLayerNormalization"): (3, 1),
+    (MS_DOMAIN, "FastGelu"): (1, 1),
+    ("", "SimplifiedLayerNormalization"): (2, 1),
+    (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): (3, 1),
+    (MS_DOMAIN, "RotaryEmbedding"): (4, 1),
+    (MS_DOMAIN, "MultiHeadAttention"): (1, 1),
+}
+assert set(FUSED_MIN_ARITY) == SUPPORTED_FUSED_OPS
 
 
 def check_supported_ops(graph):
@@ -40,3 +53,10 @@ def check_supported_ops(graph):
                 and ("", node.op_type) not in SUPPORTED_FUSED_OPS:
             raise ConvertError(f"unsupported operator '{node.op_type}' at node '{node_label(node)}' "
                                f"(op type {node.op_type})")
+    for node in graph.node:
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        arity = FUSED_MIN_ARITY.get((domain, node.op_type))
+        if arity is not None and (len(node.input) < arity[0] or len(node.output) < arity[1]):
+            raise ConvertError(f"node '{node_label(node)}' ({node.op_type}) has {len(node.input)} inputs and "
+                               f"{len(node.output)} outputs; ONNX Runtime's {node.op_type} has at least "
+                               f"{arity[0]} and {arity[1]}")

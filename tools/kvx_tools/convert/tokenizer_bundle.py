@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .bpe_tokenizer import (ENDOFTEXT, check_gpt2_tokenizer, check_hf_tokenizer_json, is_encoder_json, read_json,
                            special_token_ids)
+from ..input_file import special_file_reason
 from .chat_template import analyse_chat_template
 from .convert_errors import ConvertError
 from .llama2c_tokenizer import LLAMA2C_BOS, LLAMA2C_EOS_IDS, check_llama2c_tokenizer
@@ -16,6 +17,8 @@ HF_FILE = "tokenizer.json"
 GPT2_FILE = "encoder.json"
 GPT2_MERGES_FILE = "vocab.bpe"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+# Chat templates are text of a few kB (tens with tool-use instructions); this bounds what is read into memory.
+MAX_CHAT_TEMPLATE_BYTES = 1 << 20
 # Every file a model directory may hold besides weights and config: a new conversion removes those it
 # does not write, since a stale one would contradict config.json.
 BUNDLED_FILES = (LLAMA2C_FILE, HF_FILE, GPT2_FILE, GPT2_MERGES_FILE, CHAT_TEMPLATE_FILE)
@@ -73,6 +76,10 @@ def _bundle_tokenizer(b, path, merges_path, vocab_size):
 
 def _bundle_chat_template(b, path):
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_CHAT_TEMPLATE_BYTES:
+            raise ConvertError(f"chat template {path} is {size} bytes; a chat template is at most "
+                               f"{MAX_CHAT_TEMPLATE_BYTES} (text of a few kB)")
         source = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConvertError(f"cannot read chat template {path}: {e.strerror}") from None
@@ -88,6 +95,10 @@ def bundle(tokenizer_path, merges_path, chat_template_path, vocab_size):
     b = Bundle()
     if merges_path is not None and tokenizer_path is None:
         raise ConvertError("--merges goes with --tokenizer encoder.json")
+    for path, what in ((tokenizer_path, "tokenizer"), (merges_path, "merges"), (chat_template_path, "chat template")):
+        reason = special_file_reason(path) if path is not None else None
+        if reason is not None:  # opening a FIFO would block for ever
+            raise ConvertError(f"{what} {path}: {reason}")
     if tokenizer_path is not None:
         _bundle_tokenizer(b, tokenizer_path, merges_path, vocab_size)
     if chat_template_path is not None:

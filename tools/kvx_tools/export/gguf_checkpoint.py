@@ -16,6 +16,9 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from ..convert.kvx_layout import expected_tensor_shapes  # the converter's table of kvx shapes
+from ..input_file import unreadable_reason
+from .gguf_layout import check_gguf_layout
+from .gguf_metadata import GgufError, metadata_float, metadata_int, metadata_str
 from .llama_graph import interleaved_to_rotate_half
 
 LAYER_TENSORS = {  # GGUF name inside blk.{i} -> llama_graph name inside layers.{i}
@@ -24,59 +27,56 @@ LAYER_TENSORS = {  # GGUF name inside blk.{i} -> llama_graph name inside layers.
 }
 
 
-class GgufError(Exception):
-    pass
-
-
 def open_gguf(path):
+    """gguf's reader over path, once gguf_layout.py has checked the counts and sizes it would trust."""
+    reason = unreadable_reason(path)
+    if reason is not None:
+        raise GgufError(f"{path}: {reason}")
     try:
+        check_gguf_layout(path)
         return GGUFReader(str(path))
+    except GgufError:
+        raise
     except OSError as e:
         raise GgufError(f"{path}: cannot read ({e.strerror or e})") from None
     except Exception as e:  # the reader's ValueError/struct errors on a file that is not GGUF
         raise GgufError(f"{path}: not a GGUF file ({e})") from None
 
 
-def metadata_value(reader, key, default=None):
-    """The value of a GGUF metadata key (int, float, str, bool or list), default when absent."""
-    field = reader.fields.get(key)
-    if field is None:
-        if default is None:
-            raise GgufError(f"GGUF metadata has no '{key}'")
-        return default
-    return field.contents()
-
-
 def _config(reader):
-    arch = metadata_value(reader, "general.architecture")
+    arch = metadata_str(reader, "general.architecture")
     if arch != "llama":
         raise GgufError(f"GGUF architecture is '{arch}'; this exporter reads 'llama' only")
-    scaling = metadata_value(reader, "llama.rope.scaling.type", "none")
+    scaling = metadata_str(reader, "llama.rope.scaling.type", "none")
     if scaling != "none":
         raise GgufError(f"GGUF RoPE scaling '{scaling}' is not supported (kvx has plain RoPE only)")
-    dim = int(metadata_value(reader, "llama.embedding_length"))
-    n_heads = int(metadata_value(reader, "llama.attention.head_count"))
-    head_dim = int(metadata_value(reader, "llama.attention.key_length", dim // n_heads))
-    rope_dims = int(metadata_value(reader, "llama.rope.dimension_count", head_dim))
+    dim = metadata_int(reader, "llama.embedding_length")
+    n_heads = metadata_int(reader, "llama.attention.head_count")
+    n_kv_heads = metadata_int(reader, "llama.attention.head_count_kv", n_heads)
+    head_dim = metadata_int(reader, "llama.attention.key_length", max(dim // n_heads, 1))
+    rope_dims = metadata_int(reader, "llama.rope.dimension_count", head_dim)
     if rope_dims != head_dim:
         raise GgufError(f"RoPE over {rope_dims} of {head_dim} head dims (partial rotary) is not supported")
-    config = {
-        "dim": dim,
-        "hidden_dim": int(metadata_value(reader, "llama.feed_forward_length")),
-        "n_layers": int(metadata_value(reader, "llama.block_count")),
-        "n_heads": n_heads,
-        "n_kv_heads": int(metadata_value(reader, "llama.attention.head_count_kv", n_heads)),
-        "head_dim": head_dim,
-        "max_seq_len": int(metadata_value(reader, "llama.context_length")),
-        "norm_eps": float(metadata_value(reader, "llama.attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(metadata_value(reader, "llama.rope.freq_base", 10000.0)),
-        "bos_token_id": int(metadata_value(reader, "tokenizer.ggml.bos_token_id")),
-        "eos_token_ids": [int(metadata_value(reader, "tokenizer.ggml.eos_token_id"))],
-    }
-    if head_dim % 2 or n_heads % config["n_kv_heads"]:
+    if head_dim % 2 or n_heads % n_kv_heads:
         raise GgufError(f"head_dim {head_dim} must be even and head_count {n_heads} a multiple of "
-                        f"head_count_kv {config['n_kv_heads']}")
-    return config
+                        f"head_count_kv {n_kv_heads}")
+    n_layers = metadata_int(reader, "llama.block_count")
+    if n_layers * len(LAYER_TENSORS) > len(reader.tensors):  # before anything is made per layer
+        raise GgufError(f"GGUF block_count {n_layers} needs {n_layers * len(LAYER_TENSORS)} layer tensors, the "
+                        f"file has {len(reader.tensors)} tensors in all")
+    return {
+        "dim": dim,
+        "hidden_dim": metadata_int(reader, "llama.feed_forward_length"),
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv_heads,
+        "head_dim": head_dim,
+        "max_seq_len": metadata_int(reader, "llama.context_length"),
+        "norm_eps": metadata_float(reader, "llama.attention.layer_norm_rms_epsilon"),
+        "rope_theta": metadata_float(reader, "llama.rope.freq_base", 10000.0),
+        "bos_token_id": metadata_int(reader, "tokenizer.ggml.bos_token_id", minimum=0),
+        "eos_token_ids": [metadata_int(reader, "tokenizer.ggml.eos_token_id", minimum=0)],
+    }
 
 
 def _dequantized(tensor):
@@ -85,8 +85,9 @@ def _dequantized(tensor):
         values = dequantize(tensor.data, tensor.tensor_type)
     except NotImplementedError:
         raise GgufError(f"tensor '{tensor.name}': cannot dequantize type {tensor.tensor_type.name}") from None
-    shape = tuple(int(d) for d in reversed(tensor.shape))
-    return np.ascontiguousarray(values.reshape(shape), dtype=np.float32)
+    except ValueError as e:  # data that does not fit the type's blocks
+        raise GgufError(f"tensor '{tensor.name}': cannot dequantize ({e})") from None
+    return np.ascontiguousarray(values.reshape(_numpy_shape(tensor)), dtype=np.float32)
 
 
 def read_gguf_llama(reader, path):
@@ -104,9 +105,10 @@ def read_gguf_llama(reader, path):
     if missing:
         raise GgufError(f"{path}: tensors missing for a {config['n_layers']}-layer Llama: {', '.join(missing[:4])}")
 
+    shapes = {name: _numpy_shape(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
+    config["vocab_size"] = shapes["tok_embeddings"][0] if len(shapes["tok_embeddings"]) == 2 else 0
+    _check_shapes(path, config, shapes)  # before dequantizing: fp32 copies of wrong shapes could be huge
     weights = {name: _dequantized(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
-    config["vocab_size"] = weights["tok_embeddings"].shape[0]
-    _check_shapes(path, config, weights)
     for i in range(config["n_layers"]):
         # llama.cpp permutes these rows into neighbour pairs for its own RoPE; HF's graph wants halves.
         weights[f"layers.{i}.wq"] = interleaved_to_rotate_half(weights[f"layers.{i}.wq"], config["n_heads"])
@@ -114,10 +116,16 @@ def read_gguf_llama(reader, path):
     return config, weights
 
 
-def _check_shapes(path, config, weights):
-    """Every tensor against the shape the metadata implies (kvx's own table of them)."""
-    layout = {"architecture": "llama", **config, "tied_embeddings": "classifier" not in weights}
+def _numpy_shape(tensor):
+    """tensor's shape in numpy order (GGUF lists dims fastest first)."""
+    return tuple(int(d) for d in reversed(tensor.shape))
+
+
+def _check_shapes(path, config, shapes):
+    """Every tensor's shape against the one the metadata implies (kvx's own table of them)."""
+    if config["vocab_size"] < 1:
+        raise GgufError(f"{path}: token_embd.weight has shape {list(shapes['tok_embeddings'])}, not [vocab, dim]")
+    layout = {"architecture": "llama", **config, "tied_embeddings": "classifier" not in shapes}
     for name, shape in expected_tensor_shapes(layout).items():
-        if name in weights and weights[name].shape != shape:
-            raise GgufError(f"{path}: {name} has shape {list(weights[name].shape)}, the metadata implies "
-                            f"{list(shape)}")
+        if name in shapes and shapes[name] != shape:
+            raise GgufError(f"{path}: {name} has shape {list(shapes[name])}, the metadata implies {list(shape)}")

@@ -9,7 +9,7 @@ guessed, since a wrong pre-tokenizer splits text differently without any error.
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from .gguf_checkpoint import GgufError, metadata_value
+from .gguf_metadata import GgufError, metadata_list, metadata_str
 
 TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
@@ -29,15 +29,15 @@ PRE_TOKENIZERS = {"smollm": _smollm_pre_tokenizer}
 def gguf_tokenizer(reader):
     """The tokenizers.Tokenizer the GGUF metadata describes: BPE over byte-level pieces, no normalizer,
     control tokens as special added tokens, nothing added around an encoding (no BOS)."""
-    kind = metadata_value(reader, "tokenizer.ggml.model")
+    kind = metadata_str(reader, "tokenizer.ggml.model")
     if kind != "gpt2":
         raise GgufError(f"GGUF tokenizer model '{kind}' is not supported (byte-level BPE 'gpt2' only)")
-    pre = metadata_value(reader, "tokenizer.ggml.pre", "default")
+    pre = metadata_str(reader, "tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise GgufError(f"GGUF pre-tokenizer '{pre}' is not supported (known: {', '.join(PRE_TOKENIZERS)})")
-    tokens = metadata_value(reader, "tokenizer.ggml.tokens")
-    types = metadata_value(reader, "tokenizer.ggml.token_type")
-    merges = metadata_value(reader, "tokenizer.ggml.merges")
+    tokens = metadata_list(reader, "tokenizer.ggml.tokens", str)
+    types = metadata_list(reader, "tokenizer.ggml.token_type", int)
+    merges = metadata_list(reader, "tokenizer.ggml.merges", str)
     vocab = {token: i for i, token in enumerate(tokens)}
     if len(vocab) != len(tokens) or len(types) != len(tokens):
         raise GgufError(f"GGUF vocabulary of {len(tokens)} tokens has duplicates or {len(types)} token types")
@@ -48,7 +48,12 @@ def gguf_tokenizer(reader):
     if any(len(pair) != 2 for pair in pairs):
         raise GgufError("a GGUF merge is not two pieces separated by one space")
 
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
+    try:
+        bpe = models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
+    except Exception as e:  # tokenizers' own error for merges of pieces that are not tokens, and the like
+        raise GgufError(f"GGUF tokenizer cannot be built: {str(e).splitlines()[0] if str(e) else type(e).__name__}") \
+            from None
+    tokenizer = Tokenizer(bpe)
     tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre]()
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)  # offsets only; adds no token
@@ -59,5 +64,6 @@ def gguf_tokenizer(reader):
 
 def gguf_chat_template(reader):
     """The Jinja chat template text, or None when the file has none."""
-    field = reader.fields.get("tokenizer.chat_template")
-    return None if field is None else field.contents()
+    if "tokenizer.chat_template" not in reader.fields:
+        return None
+    return metadata_str(reader, "tokenizer.chat_template")

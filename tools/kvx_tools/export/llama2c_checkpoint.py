@@ -9,11 +9,16 @@ w3 [L, hidden, dim], rms_final [dim], freq_cis_real [seq_len, head_size/2],
 freq_cis_imag [seq_len, head_size/2], wcls [vocab, dim] (untied only). Linear weights are [out, in].
 """
 
+import math
+import struct
+
 import numpy as np
 
+from ..input_file import unreadable_reason
 from .llama_graph import interleaved_to_rotate_half
 
 HEADER_INTS = 7
+HEADER_BYTES = 4 * HEADER_INTS
 LLAMA2C_NORM_EPS = 1e-5  # hard-coded in run.c's rmsnorm
 LLAMA2C_ROPE_THETA = 10000.0  # run.c: freq = 1 / 10000^(2i / head_size)
 
@@ -23,15 +28,23 @@ class CheckpointError(Exception):
 
 
 def read_llama2c_checkpoint(path):
-    """Returns (config, weights) for llama_graph.build_llama_graph."""
-    raw = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if raw.size < HEADER_INTS:
+    """Returns (config, weights) for llama_graph.build_llama_graph. Nothing is allocated by the header's
+    counts before they have been checked against each other and against the file's length, since a header
+    is seven arbitrary numbers to a file that is not a checkpoint."""
+    reason = unreadable_reason(path)
+    if reason is not None:
+        raise CheckpointError(f"{path}: {reason}")
+    with open(path, "rb") as f:
+        header = f.read(HEADER_BYTES)
+        file_size = f.seek(0, 2)
+    if len(header) < HEADER_BYTES:
         raise CheckpointError(f"{path}: too short for a llama2.c header")
-    dim, hidden, n_layers, n_heads, n_kv_heads, signed_vocab, seq_len = (int(v) for v in raw)
+    raw = struct.unpack(f"<{HEADER_INTS}i", header)
+    dim, hidden, n_layers, n_heads, n_kv_heads, signed_vocab, seq_len = raw
     vocab, tied = abs(signed_vocab), signed_vocab > 0
     if min(dim, hidden, n_layers, n_heads, n_kv_heads, vocab, seq_len) <= 0 \
             or dim % n_heads or n_heads % n_kv_heads or (dim // n_heads) % 2:
-        raise CheckpointError(f"{path}: not a llama2.c checkpoint header: {raw.tolist()}")
+        raise CheckpointError(f"{path}: not a llama2.c checkpoint header: {list(raw)}")
     head_dim = dim // n_heads
     kv_dim = n_kv_heads * head_dim
     L = n_layers
@@ -45,14 +58,17 @@ def read_llama2c_checkpoint(path):
     ]
     if not tied:
         shapes.append(("classifier", (vocab, dim)))
-    floats = np.fromfile(path, dtype="<f4", offset=HEADER_INTS * 4)
-    expected = sum(int(np.prod(s)) for _, s in shapes)
-    if floats.size != expected:
+    expected = sum(math.prod(s) for _, s in shapes)  # exact: numpy's int64 product could wrap around
+    if file_size - HEADER_BYTES != 4 * expected:
+        raise CheckpointError(f"{path}: {file_size - HEADER_BYTES} bytes after the header, the header "
+                              f"{list(raw)} implies {4 * expected}")
+    floats = np.fromfile(path, dtype="<f4", count=expected, offset=HEADER_BYTES)
+    if floats.size != expected:  # the file changed under us
         raise CheckpointError(f"{path}: {floats.size} floats after the header, the header implies {expected}")
 
     arrays, offset = {}, 0
     for name, shape in shapes:
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         arrays[name] = floats[offset:offset + n].reshape(shape)
         offset += n
 
