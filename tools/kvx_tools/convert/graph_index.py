@@ -32,6 +32,11 @@ class GraphIndex:
         self._arrays = {}
         self.input_names = {i.name for i in graph.input} - set(self._initializers)
         self.output_names = {o.name for o in graph.output}
+        self._shapes = {}  # declared or inferred (normalise.py) dims: int, or None where symbolic
+        for info in [*graph.input, *graph.value_info, *graph.output]:
+            t = info.type.tensor_type
+            if t.HasField("shape"):
+                self._shapes[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
 
     # -- structure ------------------------------------------------------------------------------
 
@@ -84,6 +89,13 @@ class GraphIndex:
                 break
             frontier = next_frontier
         return order
+
+    def static_shape(self, tensor):
+        """tensor's dims as declared or inferred (int, or None where symbolic), or None when unknown."""
+        value = self.constant(tensor)
+        if value is not None:
+            return list(value.shape)
+        return self._shapes.get(tensor)
 
     # -- constants ------------------------------------------------------------------------------
 
@@ -178,11 +190,25 @@ class GraphIndex:
         op = node.op_type if node is not None else None
         if op == "Concat":
             return None, list(node.input)
-        if op in ("Unsqueeze", "Cast", "Identity") and node.input:
+        if op in ("Unsqueeze", "Squeeze", "Cast", "Identity") and node.input:
             return None, [node.input[0]]
         if op == "Gather" and len(node.input) == 2 and self.producer_op(node.input[0], "Shape") is not None:
             indices = self.constant(node.input[1])
             return [None] * (1 if indices is None else max(1, np.asarray(indices).size)), None
+        if op == "Shape" and node_attr(node, "end") is not None and node_attr(node, "start", 0) >= 0 \
+                and node_attr(node, "end") >= node_attr(node, "start", 0):
+            return [None] * min(node_attr(node, "end") - node_attr(node, "start", 0), MAX_SHAPE_RANK + 1), None
+        if op == "Slice" and self.producer_op(node.input[0], "Shape") is not None:
+            bounds = [self.constant(name) for name in node.input[1:3]]
+            if all(b is not None and b.size == 1 for b in bounds):
+                start, end = (int(b.reshape(-1)[0]) for b in bounds)
+                if start < 0 <= end:  # x.shape[-n:]
+                    return [None] * min(-start, MAX_SHAPE_RANK + 1), None
+                if 0 <= start <= end:
+                    return [None] * min(end - start, MAX_SHAPE_RANK + 1), None
+        shape = self.static_shape(tensor)
+        if shape is not None and len(shape) == 1 and shape[0] is not None and shape[0] <= MAX_SHAPE_RANK:
+            return [None] * shape[0], None  # a run-time value of known length (dynamo's sym_size arithmetic)
         raise cannot_map(at_node, f"a shape built from constants and Shape/Gather/Unsqueeze/Concat "
                                   f"(cannot evaluate '{tensor}')")
 

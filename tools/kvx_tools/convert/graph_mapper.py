@@ -7,7 +7,7 @@ mapper for it:
                                                                     -> llama (ortgenai_llama_mapper)
 Anything else stops the conversion at the embedding, naming what it feeds."""
 
-from .convert_errors import cannot_map, node_label
+from .convert_errors import ConvertError, cannot_map, node_label
 from .gpt2_mapper import map_gpt2, position_embedding_add
 from .llama_mapper import map_llama
 from .ortgenai_llama_mapper import map_ortgenai_llama
@@ -27,6 +27,10 @@ def map_graph(ix):
         return map_llama(ix)
     if ix.consumers(hidden, "SimplifiedLayerNormalization"):
         return map_ortgenai_llama(ix)
+    for mul in ix.consumers(hidden, "Mul"):
+        if ix.scalar(ix.other_input(mul, hidden)) is not None:
+            raise ConvertError(f"node '{mul.name}': the token embedding scaled by {ix.scalar(ix.other_input(mul, hidden)):.6g} "
+                               "(Gemma's sqrt(hidden)); kvx's llama family has no embedding scale")
     consumers = ", ".join(f"'{node_label(n)}' ({n.op_type})" for n in ix.consumers(hidden)) or "nothing"
     raise cannot_map(token_gather, "the token embedding going into an RMSNorm (llama) or added to a position "
                                    f"embedding (gpt2); it feeds {consumers}")

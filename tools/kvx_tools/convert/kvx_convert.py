@@ -19,6 +19,7 @@ from pathlib import Path
 from .convert_errors import ConvertError
 from .graph_index import GraphIndex
 from .graph_mapper import map_graph
+from .normalise import normalise
 from .kvx_writer import kvx_config, write_model_dir
 from .onnx_loading import check_onnx_model, load_onnx_model
 from .op_support import check_supported_ops
@@ -65,7 +66,7 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     model = load_onnx_model(onnx_path)
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path, model)
-    ix = GraphIndex(model.graph)
+    ix = GraphIndex(normalise(model).graph)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
     if positions is None:
@@ -83,7 +84,7 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
         extras.bos_token_id = bos
     if eos is not None:
         extras.eos_token_ids = eos
-    window = sliding_window_of(model, mapped.hyperparameters["n_layers"])
+    window = sliding_window_of(model, mapped.hyperparameters["n_layers"], ix)
     dtype = dtype or source_dtype(mapped.tensors)
     tensors = cast_weights(mapped.tensors, dtype)
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,

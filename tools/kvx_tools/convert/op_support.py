@@ -21,6 +21,9 @@ SUPPORTED_DEFAULT_OPS = frozenset({
     # shape and mask arithmetic
     "Shape", "Constant", "ConstantOfShape", "Range", "Sub", "Where", "Equal", "Less", "LessOrEqual",
     "Greater", "GreaterOrEqual", "And", "Or", "Not", "Trilu", "Min", "Max", "Tile",
+    # what torch.onnx.export (TorchScript and dynamo) and optimum add around the same computation; normalise.py
+    # rewrites Gemm and drops Dropout, the rest builds masks and positions
+    "Flatten", "GatherND", "IsNaN", "Gemm", "Dropout", "ReduceSum", "CumSum", "ScatterND",
 })
 
 # Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft

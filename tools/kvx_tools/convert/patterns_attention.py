@@ -50,6 +50,12 @@ class _Projection:
 def match_attention(ix, normed, residual, after):
     """The attention block reading normed [b, s, dim] and adding into residual."""
     linears = linear_consumers(ix, normed)
+    for matmul in linears:
+        _refuse_what_llama_lacks(ix, matmul)
+    if len(linears) == 1:
+        raise ConvertError(f"node '{linears[0].name}': one projection of width {linear_weight(ix, linears[0]).shape[1]} "
+                           "where the attention needs three (a fused query/key/value projection such as Phi-3's "
+                           "qkv_proj); kvx's llama mapper reads separate q, k, v projections")
     if len(linears) != 3:
         raise cannot_map(after, f"three MatMuls (q, k, v projections) reading '{normed}', "
                                 f"found {len(linears)}")
@@ -76,7 +82,7 @@ def match_attention_core(ix, query, key, value, head_dim, blame):
     the output projection. query, key, value: [b, heads, s or t, head_dim] tensors, key and value the
     cached ones where the graph has a cache; blame: the node to name when there is no Q K^T. Returns the
     output projection's MatMul."""
-    probs = _match_scores(ix, query, key, head_dim, blame)
+    probs = _unguarded(ix, _match_scores(ix, query, key, head_dim, blame))
     pv = _sole_matmul_reading(ix, probs, ix.producer(probs), "Softmax(scores) @ V")
     if ix.trace_back(pv.input[1], REPEAT_KV_OPS) != value:
         raise cannot_map(pv, f"probabilities times the cached values '{value}'")
@@ -118,12 +124,41 @@ def _classify_projection(ix, matmul):
     cache = cache_concat(ix, end)
     if cache is not None:
         role, end = ("key" if rope else "value"), cache.output[0]
-    elif rope is not None:
+    elif rope is None:
+        role = "value"  # a graph without a cache: the one projection that is not rotated
+    elif _is_left_of_matmul(ix, end):
         role = "query"
     else:
-        raise cannot_map(matmul, "a query (RoPE -> Q K^T), key (RoPE -> cache Concat) or value "
-                                 "(cache Concat) projection")
+        role = "key"  # rotated, then transposed into the right of Q K^T (a graph without a cache)
     return role, _Projection(matmul, heads, head_dim, rope, end)
+
+
+def _refuse_what_llama_lacks(ix, matmul):
+    """One line for a projection the llama family has no place for: a bias (Qwen2), or a per-head RMSNorm
+    after the head split (Qwen3's q/k norm)."""
+    out = matmul.output[0]
+    width = linear_weight(ix, matmul).shape[1]
+    for add in ix.consumers(out, "Add"):
+        bias = ix.constant(ix.other_input(add, out))
+        if bias is not None and bias.shape == (width,):
+            raise ConvertError(f"node '{add.name}': a bias on an attention projection; kvx's llama family has none")
+    for reshape in ix.consumers(out, "Reshape"):
+        for node in ix.consumers(reshape.output[0]):
+            if node.op_type in ("Pow", "SimplifiedLayerNormalization", "RMSNormalization"):
+                raise ConvertError(f"node '{node.name}': a per-head RMSNorm on the query or key (q/k norm); "
+                                   "kvx's llama family has none")
+
+
+def _is_left_of_matmul(ix, tensor):
+    """Whether tensor, through constant scalings, is the left operand of a MatMul (the query in Q K^T)."""
+    for _ in range(4):
+        if any(m.input[0] == tensor for m in ix.consumers(tensor, "MatMul")):
+            return True
+        scalings = [n for n in ix.consumers(tensor) if _scale_of(ix, n, tensor) is not None]
+        if len(scalings) != 1:
+            return False
+        tensor = scalings[0].output[0]
+    return False
 
 
 def _check_head_shapes(q, k, v):
@@ -187,6 +222,8 @@ def _match_scores(ix, query, key_end, head_dim, blame):
         factor = _scale_of(ix, node, tensor)
         if factor is not None:
             scale *= factor
+        elif node.op_type == "Where" and _masked_branch(ix, node, tensor):
+            pass  # where(mask, scores, -big): the causal mask as GPT-2 writes it; kvx builds its own
         elif node.op_type != "Add":  # the attention mask; kvx builds its own causal mask
             raise cannot_map(node, "scaling, the mask Add and Softmax after Q K^T")
         tensor = node.output[0]
@@ -197,6 +234,24 @@ def _match_scores(ix, query, key_end, head_dim, blame):
         raise ConvertError(f"cannot map node '{scores.name}' (op MatMul): expected attention scores "
                            f"scaled by 1/sqrt(head_dim) = {expected:.6g}, found {scale:.6g}")
     return node.output[0]
+
+
+def _masked_branch(ix, where, tensor):
+    """Whether Where(cond, tensor, c) or Where(cond, c, tensor) keeps tensor or a constant (a mask)."""
+    if len(where.input) != 3 or where.input[0] == tensor:
+        return False
+    other = where.input[2] if where.input[1] == tensor else where.input[1]
+    return ix.constant(other) is not None and ix.constant(other).size == 1
+
+
+def _unguarded(ix, probs):
+    """The probabilities after optimum's NaN guard Where(IsNaN(p), 0, p), or probs without one."""
+    for where in ix.consumers(probs, "Where"):
+        isnan = ix.producer_op(where.input[0], "IsNaN")
+        if isnan is not None and isnan.input[0] == probs and where.input[2] == probs \
+                and ix.scalar(where.input[1]) == 0.0:
+            return where.output[0]
+    return probs
 
 
 def _match_merge_heads(ix, pv):

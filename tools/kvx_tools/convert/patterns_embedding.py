@@ -9,8 +9,7 @@ def token_embedding_gather(ix):
     """The one Gather of a constant [vocab, dim] table by the input_ids input."""
     if "input_ids" not in ix.input_names:
         raise ConvertError("cannot map graph: it has no input named 'input_ids'")
-    gathers = [g for g in ix.consumers("input_ids", "Gather")
-               if g.input[1] == "input_ids" and node_attr(g, "axis", 0) == 0]
+    gathers = [g for g in _index_readers(ix, "input_ids") if node_attr(g, "axis", 0) == 0]
     tables = [g for g in gathers if ix.constant(g.input[0]) is not None and ix.constant(g.input[0]).ndim == 2]
     if len(tables) != 1:
         raise ConvertError("cannot map graph: expected one Gather of a constant [vocab, dim] embedding "
@@ -18,10 +17,35 @@ def token_embedding_gather(ix):
     return tables[0]
 
 
+# What exporters put between input_ids and the lookup without changing which ids are read: GPT-2's
+# input_ids.view(-1, seq) (Reshape), a Flatten, or a Cast to int64.
+ID_RESHAPING_OPS = frozenset({"Reshape", "Flatten", "Cast", "Squeeze", "Unsqueeze", "Identity"})
+MAX_ID_RESHAPES = 8
+
+
+def _index_readers(ix, ids):
+    """Gather nodes whose indices are ids, directly or through a short chain of ID_RESHAPING_OPS."""
+    found, frontier = [], [ids]
+    for _ in range(MAX_ID_RESHAPES):
+        next_frontier = []
+        for tensor in frontier:
+            for node in ix.consumers(tensor):
+                if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] == tensor:
+                    found.append(node)
+                elif node.op_type in ID_RESHAPING_OPS and node.input[0] == tensor:
+                    next_frontier.append(node.output[0])
+        frontier = next_frontier
+    return found
+
+
 def match_classifier(ix, normed):
     """[vocab, dim] when normed feeds the final MatMul that writes a graph output (the logits), else
     None. The weight is a constant [dim, vocab] or a Transpose of a constant [vocab, dim]."""
     matmuls = [m for m in ix.consumers(normed, "MatMul") if m.input[0] == normed]
+    if not matmuls:  # GPT-2's hidden.view(batch, seq, dim): a Reshape keeping rows of dim, row-wise harmless
+        for reshape in ix.consumers(normed, "Reshape"):
+            if reshape.input[0] == normed and _keeps_rows(ix, reshape):
+                matmuls += [m for m in ix.consumers(reshape.output[0], "MatMul") if m.input[0] == reshape.output[0]]
     if len(matmuls) != 1 or matmuls[0].output[0] not in ix.output_names:
         return None
     matmul = matmuls[0]
@@ -35,3 +59,14 @@ def match_classifier(ix, normed):
             return weight
     raise cannot_map(matmul, "the classifier: a MatMul by a constant [dim, vocab] or by Transpose of a "
                              "constant [vocab, dim]")
+
+
+def _keeps_rows(ix, reshape):
+    """Whether a Reshape's target ends in a constant dim equal to its input's static last dim."""
+    try:
+        dims = ix.fold_dims(reshape.input[1], reshape)
+    except ConvertError:
+        return False
+    shape = ix.static_shape(reshape.input[0])
+    return bool(dims) and shape is not None and bool(shape) and dims[-1] is not None and dims[-1] > 0 \
+        and dims[-1] == shape[-1]

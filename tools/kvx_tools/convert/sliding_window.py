@@ -46,11 +46,39 @@ def _check_fused_attention(graph):
                                    f"(local_window_size {attribute.i}) that kvx convert cannot carry yet")
 
 
-def sliding_window_of(model, n_layers):
-    """config.json's {"window": W, "layers": [...]} from the model's metadata, or None without a window."""
+def mask_window(ix):
+    """The window W of a sliding mask the graph builds at run time, as HF writes it for Mistral:
+    Greater(key_position, query_position - W) (or Less(query_position - W, key_position)), W a constant;
+    None when the graph has no such comparison. Different windows in one graph are refused: the mask is
+    not traced to the layers that use it."""
+    windows = set()
+    for node in ix.graph.node:
+        if node.op_type == "Greater":
+            bound = node.input[1]
+        elif node.op_type == "Less":
+            bound = node.input[0]
+        else:
+            continue
+        sub = ix.producer_op(ix.trace_back(bound), "Sub")
+        width = ix.scalar(sub.input[1]) if sub is not None else None
+        if width is not None and width >= 1 and float(width).is_integer():
+            windows.add(int(width))
+    if len(windows) > 1:
+        raise ConvertError(f"the graph masks with several sliding windows {sorted(windows)}; kvx convert cannot "
+                           "tell which layers use which")
+    return windows.pop() if windows else None
+
+
+def sliding_window_of(model, n_layers, ix=None):
+    """config.json's {"window": W, "layers": [...]} from the model's metadata, else from a sliding mask the
+    graph builds (mask_window, every layer), or None without a window."""
     _check_fused_attention(model.graph)
     props = {p.key: p.value for p in model.metadata_props}
     window = _json_metadata(props, WINDOW_METADATA) if WINDOW_METADATA in props else None
+    if window is None and ix is not None and LAYER_TYPES_METADATA not in props:
+        window = mask_window(ix)
+        if window is not None:
+            return {"window": window, "layers": list(range(n_layers))}
     if window is None:
         if LAYER_TYPES_METADATA in props and "sliding_attention" in props[LAYER_TYPES_METADATA]:
             raise ConvertError(f"metadata '{LAYER_TYPES_METADATA}' has sliding layers but '{WINDOW_METADATA}' "
