@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from kvx_tools.convert.convert_errors import ConvertError
+from kvx_tools.convert.genai_config import GenaiConfig
 from kvx_tools.convert.sliding_window import sliding_window_of
 
 from kvx_test_support import (STORIES_CHECKPOINT, STORIES_TOKENIZER, assert_one_line_failure, convert,
@@ -195,14 +196,30 @@ class ConverterRefusals(unittest.TestCase):
                     model, {"max_position_embeddings": "512", **props}))
                 self._refused(path, fragment)
 
-    def test_fused_attention_window_is_refused(self):
-        gqa = helper.make_node("GroupQueryAttention", ["q"], ["out"], name="/model/layers.0/attn/GQA",
-                               domain="com.microsoft", local_window_size=16)
-        model = helper.make_model(helper.make_graph([gqa], "g", [], []))
-        with self.assertRaisesRegex(ConvertError, "GQA.*local_window_size 16.*cannot carry"):
-            sliding_window_of(model, 1)
-        model.graph.node[0].attribute[0].i = -1
-        self.assertIsNone(sliding_window_of(model, 1))
+    def test_fused_attention_window_against_genai_config(self):
+        """The windows fused attention ops declare per layer, reconciled with genai_config.json: agreeing or
+        absent there, the graph's; absent from the graph, genai_config.json's with one warning; different,
+        refused."""
+        model = helper.make_model(helper.make_graph([], "g", [], []))
+        warnings = []
+
+        def window(graph_windows, genai_window=None, genai_layers=()):
+            genai = GenaiConfig(None, None, None, genai_window, list(genai_layers)) if genai_window else None
+            return sliding_window_of(model, 2, None, graph_windows, genai, warnings.append)
+
+        self.assertIsNone(window([None, None]))
+        self.assertEqual(window([16, None]), {"window": 16, "layers": [0]})
+        self.assertEqual(window([16, None], 16, [0]), {"window": 16, "layers": [0]})
+        self.assertEqual(warnings, [])
+        self.assertEqual(window([None, None], 4), {"window": 4, "layers": [0, 1]})  # [] = every layer
+        self.assertEqual(len(warnings), 1)
+        self.assertIn("genai_config.json gives a sliding window of 4 tokens on layers [0, 1]", warnings[0])
+        with self.assertRaisesRegex(ConvertError, "window of 16 on layers \\[0\\].*genai_config.json says 4"):
+            window([16, None], 4, [0])
+        with self.assertRaisesRegex(ConvertError, "several windows \\[8, 16\\]"):
+            window([16, 8])
+        with self.assertRaisesRegex(ConvertError, "does not fit a model of 2 layers"):
+            window([None, None], 4, [2])
 
 
 if __name__ == "__main__":

@@ -162,8 +162,8 @@ class OrtGenAiLlama(unittest.TestCase):
         def to_gqa(model):
             for node in model.graph.node:
                 if node.op_type == "MultiHeadAttention":
-                    node.op_type = "GroupQueryAttention"
-        self.refused("gqa", to_gqa, "unsupported operator 'GroupQueryAttention'", "com.microsoft",
+                    node.op_type = "SparseAttention"
+        self.refused("gqa", to_gqa, "unsupported operator 'SparseAttention'", "com.microsoft",
                      "/model/layers.0/attn/MultiHeadAttention")
 
     def test_skip_norm_with_bias_is_refused(self):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .convert_errors import ConvertError
 from .graph_index import GraphIndex
+from .genai_config import read_genai_config
 from .graph_mapper import map_graph
 from .normalise import normalise
 from .kvx_writer import kvx_config, write_model_dir
@@ -32,8 +33,9 @@ from .weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
 
-def max_seq_len_of(model, override, n_positions=None, table="the position embedding"):
-    """--max-seq-len if given, else the model's max_position_embeddings metadata, else the rows of the table
+def max_seq_len_of(model, override, n_positions=None, table="the position embedding", genai_length=None):
+    """--max-seq-len if given, else the model's max_position_embeddings metadata, else genai_config.json's
+    context_length (genai_length, ONNX Runtime GenAI's builder), else the rows of the table
     the graph looks positions up in (n_positions: a learned position embedding's, or the RoPE tables' of
     ONNX Runtime's RotaryEmbedding; None where the graph computes its RoPE angles). Such a table bounds the
     context. Computed RoPE carries no length limit of its own, so with neither there is no safe value."""
@@ -42,6 +44,8 @@ def max_seq_len_of(model, override, n_positions=None, table="the position embedd
         value, origin = override, "--max-seq-len"
     elif MAX_SEQ_LEN_METADATA in props:
         value, origin = props[MAX_SEQ_LEN_METADATA], f"metadata '{MAX_SEQ_LEN_METADATA}'"
+    elif genai_length is not None:
+        value, origin = genai_length, "genai_config.json's context_length"
     elif n_positions is not None:
         return n_positions
     else:
@@ -64,27 +68,30 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py).
     check_weights: refuse weights holding NaN or infinity (weight_check.py)."""
     model = load_onnx_model(onnx_path)
+    genai = read_genai_config(onnx_path)
+    genai_length = genai.context_length if genai else None
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path, model)
     ix = GraphIndex(normalise(model).graph)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
     if positions is None:
-        seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables")
+        seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables", genai_length)
     else:
-        seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0])
+        seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0], genai_length=genai_length)
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
     if check_weights:  # after the slice above: rows beyond the context are not stored, so cannot harm
         check_finite_weights(mapped.tensors, ix.constants_read())
     vocab_size = mapped.hyperparameters["vocab_size"]
     extras = bundle(tokenizer_path, merges_path, chat_template_path, vocab_size)
-    # Ids the exporter wrote into the ONNX metadata win over those the tokenizer files imply.
-    bos, eos = special_token_ids(model, vocab_size)
+    # Ids the exporter wrote into the ONNX metadata (else genai_config.json) win over the tokenizer files'.
+    bos, eos = special_token_ids(model, vocab_size, genai)
     if bos is not None:
         extras.bos_token_id = bos
     if eos is not None:
         extras.eos_token_ids = eos
-    window = sliding_window_of(model, mapped.hyperparameters["n_layers"], ix)
+    window = sliding_window_of(model, mapped.hyperparameters["n_layers"], ix, mapped.graph_windows, genai,
+                               lambda line: print(f"kvx convert: warning: {line}", file=sys.stderr))
     dtype = dtype or source_dtype(mapped.tensors)
     tensors = cast_weights(mapped.tensors, dtype)
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,

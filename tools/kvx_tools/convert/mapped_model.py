@@ -15,6 +15,9 @@ class MappedModel:
     hyperparameters: dict  # config.json's model fields: dim ... tied_embeddings
     tensors: dict  # kvx name -> fp32 or fp16 array (the graph's precision) in kvx layout (Linear [out, in])
     max_positions: Optional[int] = None  # rows of the RoPE tables the graph looks positions up in, if any
+    # Per layer, the window a fused attention op declares (None: whole sequence); None where the graph's
+    # attention carries no such attribute (sliding_window.py then reads metadata or the mask).
+    graph_windows: Optional[list] = None
 
 
 def float_weight(array, what):

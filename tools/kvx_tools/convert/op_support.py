@@ -6,6 +6,7 @@ Extending: add the op here, and teach a matcher in the *_patterns modules what i
 
 from .convert_errors import ConvertError, node_label
 from .patterns_ortgenai_gpt2 import MS_DOMAIN, ORTGENAI_GPT2_OPS
+from .patterns_ortgenai_gqa import GQA_OP
 from .patterns_ortgenai_llama import ORTGENAI_LLAMA_OPS
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -28,7 +29,7 @@ SUPPORTED_DEFAULT_OPS = frozenset({
 
 # Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft
 # domain; the default domain ("") holds the few ONNX Runtime registers there (SimplifiedLayerNormalization).
-SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS) | ORTGENAI_LLAMA_OPS
+SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS) | ORTGENAI_LLAMA_OPS | {GQA_OP}
 # The fewest inputs and outputs of each in ONNX Runtime's contrib operator schemas (an optional one in between
 # may be ""). The matchers index them, and onnx.checker, which does not know these operators, cannot check.
 FUSED_MIN_ARITY = {
@@ -40,6 +41,7 @@ FUSED_MIN_ARITY = {
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): (3, 1),
     (MS_DOMAIN, "RotaryEmbedding"): (4, 1),
     (MS_DOMAIN, "MultiHeadAttention"): (1, 1),
+    GQA_OP: (7, 3),
 }
 assert set(FUSED_MIN_ARITY) == SUPPORTED_FUSED_OPS
 

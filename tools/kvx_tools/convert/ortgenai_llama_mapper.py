@@ -5,14 +5,43 @@ through the fused norms (patterns_ortgenai_llama.py), which also do the residual
   -> [attention -> SkipSimplifiedLayerNormalization -> SwiGLU -> SkipSimplifiedLayerNormalization] x n_layers
   (the last one is the final norm) -> MatMul(lm_head) -> logits
 
-The context length is the RoPE tables' row count: RotaryEmbedding cannot look up a later position.
+The attention is GroupQueryAttention with a packed q/k/v projection (the builder's CPU fp32 and int4
+graphs, patterns_ortgenai_gqa.py) or RotaryEmbedding + MultiHeadAttention (its fp16 CPU graphs, and older
+builders). The context length is the RoPE tables' row count: the op cannot look up a later position.
 """
 
+from .convert_errors import ConvertError
 from .llama_mapper import DecoderWalk
 from .mapped_model import float_weight
-from .patterns_embedding import token_embedding_gather
+from .patterns_embedding import match_classifier, token_embedding_gather
+from .patterns_linear import linear_consumers
 from .patterns_mlp import match_swiglu
+from .patterns_ortgenai_gqa import gqa_consumer, match_gqa_attention
 from .patterns_ortgenai_llama import match_fused_attention, match_simplified_norm, match_skip_norm
+
+
+def _attention(ix, normed, after):
+    """(Attention, RoPE table rows, window or None) of the block whose projections read normed."""
+    gqas = {id(n): n for n in (gqa_consumer(ix, m.output[0]) for m in linear_consumers(ix, normed)) if n is not None}
+    if len(gqas) > 1:
+        raise ConvertError(f"the projections reading '{normed}' feed {len(gqas)} GroupQueryAttention nodes; "
+                           "kvx convert expects one per layer")
+    if gqas:
+        found = match_gqa_attention(ix, normed, next(iter(gqas.values())))
+        return found.attention, found.max_position, found.window
+    attention, max_position = match_fused_attention(ix, normed, after)
+    return attention, max_position, None
+
+
+def _refuse_early_classifier(ix, norm, layer):
+    """The builder's Phi-3 graphs (onnxruntime-genai 0.18.0) wire lm_head to layer 0's MLP norm, so the logits
+    skip every later layer (testdata/exporters/README.md); kvx cannot compute that, and should not pretend to."""
+    if match_classifier(ix, norm.output) is not None or \
+            any(m.output[0] in ix.output_names for m in linear_consumers(ix, norm.output)):
+        raise ConvertError(f"the classifier reads layer {layer}'s MLP-norm output '{norm.output}', not the final "
+                           "norm: the graph's logits skip the layers after it (a miswired lm_head, as ONNX Runtime "
+                           "GenAI's builder writes for Phi-3); kvx converts decoders whose classifier reads the "
+                           "last norm")
 
 
 def map_ortgenai_llama(ix):
@@ -20,12 +49,16 @@ def map_ortgenai_llama(ix):
     walk = DecoderWalk(ix, float_weight(ix.constant(gather.input[0]), "the token embedding"))
     hidden = gather.output[0]
     norm = match_simplified_norm(ix, hidden, gather)
-    max_positions = []
+    max_positions, windows = [], []
     while not walk.at_classifier(norm):
-        attention, max_position = match_fused_attention(ix, norm.output, ix.producer(norm.output))
+        attention, max_position, window = _attention(ix, norm.output, ix.producer(norm.output))
         ffn_norm, hidden = match_skip_norm(ix, hidden, attention.output, ix.producer(attention.output))
+        _refuse_early_classifier(ix, ffn_norm, len(walk.layers))
         mlp = match_swiglu(ix, ffn_norm.output, None, ix.producer(ffn_norm.output))
         walk.add_layer(norm, attention, ffn_norm, mlp)
         norm, hidden = match_skip_norm(ix, hidden, mlp.output, ix.producer(mlp.output))
         max_positions.append(max_position)
-    return walk.model(min(max_positions, default=None))
+        windows.append(window)
+    model = walk.model(min(max_positions, default=None))
+    model.graph_windows = windows
+    return model

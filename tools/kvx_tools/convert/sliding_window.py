@@ -34,16 +34,40 @@ def _windowed_layers(props, n_layers):
     return [i for i, t in enumerate(types) if t == "sliding_attention"]
 
 
-def _check_fused_attention(graph):
-    """ONNX Runtime's GroupQueryAttention holds its window in local_window_size (-1: none), per node; the
-    fused-graph mappers do not carry it yet, so a windowed one is refused rather than run full."""
-    for node in graph.node:
-        if node.op_type != "GroupQueryAttention":
-            continue
-        for attribute in node.attribute:
-            if attribute.name == "local_window_size" and attribute.i != -1:
-                raise ConvertError(f"node '{node.name}' (GroupQueryAttention) has a sliding window "
-                                   f"(local_window_size {attribute.i}) that kvx convert cannot carry yet")
+def _fused_window(graph_windows, genai, n_layers, warn):
+    """The window of a graph whose fused attention ops declare one per layer (graph_windows: W or None per
+    layer), reconciled with the genai_config.json beside it (genai: a GenaiConfig or None).
+
+    ONNX Runtime GenAI's builder (0.18.0) writes Mistral's window into genai_config.json but leaves
+    GroupQueryAttention's local_window_size at -1 (and its fp16 MultiHeadAttention has no window at all), so
+    ONNX Runtime runs that graph without the window the model was trained with and HF applies. Where
+    genai_config.json names a window the graph lacks, kvx takes genai_config.json's and says so in one warning
+    line: the graph is the one that lost the model's attention span. Where both name windows and they differ,
+    nothing tells which is right, so the conversion stops."""
+    windows = {w for w in graph_windows if w is not None}
+    if len(windows) > 1:
+        raise ConvertError(f"the graph's attention layers use several windows {sorted(windows)}; kvx has one "
+                           "sliding_window per model")
+    graph = {"window": windows.pop(), "layers": [i for i, w in enumerate(graph_windows) if w is not None]} \
+        if windows else None
+    config = None
+    if genai is not None and genai.window is not None:
+        layers = sorted(set(genai.window_layers)) or list(range(n_layers))
+        if genai.window < 1 or not all(0 <= i < n_layers for i in layers):
+            raise ConvertError(f"genai_config.json: sliding_window {genai.window} on layers {genai.window_layers} "
+                               f"does not fit a model of {n_layers} layers")
+        config = {"window": genai.window, "layers": layers}
+    if config is None or graph == config:
+        return graph
+    if graph is None:
+        warn(f"genai_config.json gives a sliding window of {config['window']} tokens on layers {config['layers']} "
+             "but the graph's attention has none (as ONNX Runtime GenAI's builder writes Mistral); kvx uses "
+             "genai_config.json's window, the model's own, so its logits differ from ONNX Runtime's on this graph "
+             f"once a sequence is longer than {config['window']} tokens")
+        return config
+    raise ConvertError(f"the graph's attention has a sliding window of {graph['window']} on layers {graph['layers']} "
+                       f"but genai_config.json says {config['window']} on layers {config['layers']}; kvx convert "
+                       "cannot tell which is right")
 
 
 def mask_window(ix):
@@ -69,10 +93,12 @@ def mask_window(ix):
     return windows.pop() if windows else None
 
 
-def sliding_window_of(model, n_layers, ix=None):
-    """config.json's {"window": W, "layers": [...]} from the model's metadata, else from a sliding mask the
-    graph builds (mask_window, every layer), or None without a window."""
-    _check_fused_attention(model.graph)
+def sliding_window_of(model, n_layers, ix=None, graph_windows=None, genai=None, warn=None):
+    """config.json's {"window": W, "layers": [...]} from the fused attention ops' own windows (graph_windows,
+    with genai_config.json: _fused_window), else the model's metadata, else a sliding mask the graph builds
+    (mask_window, every layer), or None without a window. warn(line): where a warning goes."""
+    if graph_windows is not None:
+        return _fused_window(graph_windows, genai, n_layers, warn or (lambda line: None))
     props = {p.key: p.value for p in model.metadata_props}
     window = _json_metadata(props, WINDOW_METADATA) if WINDOW_METADATA in props else None
     if window is None and ix is not None and LAYER_TYPES_METADATA not in props:

@@ -25,8 +25,16 @@ def _token_ids(props, key, vocab_size):
     return ids
 
 
-def special_token_ids(model, vocab_size):
-    """(bos_token_id, eos_token_ids) from the metadata, each None where the metadata has none."""
+def _check_ids(ids, what, vocab_size):
+    for t in ids:
+        if not 0 <= t < vocab_size:
+            raise ConvertError(f"{what} holds token id {t}, outside the vocabulary of {vocab_size}")
+    return ids
+
+
+def special_token_ids(model, vocab_size, genai=None):
+    """(bos_token_id, eos_token_ids) from the metadata, else from genai_config.json (genai: a GenaiConfig or
+    None), each None where neither has it."""
     props = {p.key: p.value for p in model.metadata_props}
     bos, eos = None, None
     if BOS_METADATA in props:
@@ -36,4 +44,9 @@ def special_token_ids(model, vocab_size):
         bos = ids[0]
     if EOS_METADATA in props:
         eos = _token_ids(props, EOS_METADATA, vocab_size)
+    if genai is not None:
+        if bos is None and genai.bos_token_id is not None:
+            bos = _check_ids([genai.bos_token_id], "genai_config.json's bos_token_id", vocab_size)[0]
+        if eos is None and genai.eos_token_ids is not None:
+            eos = _check_ids(list(genai.eos_token_ids), "genai_config.json's eos_token_id", vocab_size)
     return bos, eos
