@@ -38,6 +38,9 @@ EXPORTERS = ("torchscript", "torchscript-past", "dynamo", "optimum", "genai-fp32
 # step 9.8e-4) where kvx computes in fp32 from the same fp16 weights; ORT's fp16 graphs measure 1.4e-3 to
 # 1.9e-3 against HF, so 2e-3 of kvx against ORT itself.
 RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 2e-3}
+# Against HF (AGAINST_HF): HF computes from fp32 weights, kvx from the graph's; for fp16 graphs that is the
+# weights' rounding, 5e-3 as test_exporter_fixtures.py allows ORT's fp16 graphs against HF (measured 1.7e-3).
+HF_RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3}
 # Families kvx does not run: the one line the converter must stop with (a fragment of it), per exporter
 # family of graphs ("torch": torchscript, torchscript-past, dynamo, optimum; "genai": the builder's).
 REFUSED = {
@@ -55,9 +58,6 @@ DYNAMO_GELU = {"gemma", "gemma2", "gemma3", "gpt-neox"}
 # The builder's graphs where the line differs from the torch exporters': Phi-3's lm_head reads layer 0's MLP
 # norm (testdata/exporters/README.md), LongRoPE picks its tables with an If, Gemma's MLP is ONNX Gelu.
 REFUSED_GENAI = {"phi3": "miswired lm_head", "phi3-longrope": "'If'", "gemma": "'Gelu'", "gemma2": "'Gelu'"}
-# Not converted yet, any family: the builder's fp16 CPU graph's MultiHeadAttention with K/V widened by
-# repeat_kv. The line names the node it stopped at.
-NOT_YET = {"genai-fp16": ""}
 # The builder writes Mistral's window into genai_config.json but not into the graph; kvx takes the window
 # (sliding_window.py, with a warning), so it computes what HF does, not what ORT does on that graph.
 AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of 4",
@@ -92,8 +92,6 @@ class ConvertExporterFixtures(unittest.TestCase):
 
     def test_converted_families_match_ort(self):
         for key, folder in folders(CONVERTED):
-            if key.split("/")[1] in NOT_YET:
-                continue
             with self.subTest(key):
                 self.check(key, folder)
 
@@ -140,13 +138,16 @@ class ConvertExporterFixtures(unittest.TestCase):
         if decode_last is not None and "decode_fails" not in known:
             last, decode_note = decode_last().astype(np.float32), "ORT cached step"
         decode_err = float(np.abs(kvx[-1] - last).max())
-        note = " (export disagrees with HF: known_disagreements.json; compared with ORT)" if known else ""
+        note = " (export disagrees with HF: known_disagreements.json; compared with ORT)" \
+            if "prompt_err" in known or "decode_err" in known else ""
+        if "decode_fails" in known:  # the builder's fp16 graphs: prefill only; kvx's cached step vs ORT's prompt
+            note += " (ORT fails the cached step of this graph: known_disagreements.json)"
         if key in AGAINST_HF:
             hf = np.load(folder / "hf_logits.npy")
             note = (f" (kvx takes the window the graph dropped; against HF instead: prefill "
                     f"{np.abs(kvx[:-1] - hf[:-1]).max() / np.abs(hf).max():.1e}, decode "
                     f"{np.abs(kvx[-1] - hf[-1]).max() / np.abs(hf).max():.1e} of max|HF|)")
-            tolerance = RELATIVE_TOLERANCE[meta["precision"]] * float(np.abs(hf).max())
+            tolerance = HF_RELATIVE_TOLERANCE[meta["precision"]] * float(np.abs(hf).max())
             prefill_err, decode_err = float(np.abs(kvx[:-1] - hf[:-1]).max()), float(np.abs(kvx[-1] - hf[-1]).max())
             print(f"{key}: vs ORT prefill {np.abs(kvx[:-1] - ort[:-1]).max() / np.abs(ort).max():.1e}, decode "
                   f"{np.abs(kvx[-1] - last).max() / np.abs(ort).max():.1e}{note} [{time.monotonic() - started:.1f}s]",
@@ -158,13 +159,10 @@ class ConvertExporterFixtures(unittest.TestCase):
         self.assertLessEqual(decode_err, tolerance, f"{key}: decode step")
 
     def test_other_families_are_refused(self):
-        builder_pairs = [(k, f) for k, f in folders(CONVERTED) if k.split("/")[1] in NOT_YET]
-        for key, folder in [*folders(REFUSED), *builder_pairs]:
+        for key, folder in folders(REFUSED):
             with self.subTest(key):
                 family, exporter = key.split("/")
-                if exporter in NOT_YET:
-                    expected = NOT_YET[exporter]
-                elif exporter.startswith("genai") and family in REFUSED_GENAI:
+                if exporter.startswith("genai") and family in REFUSED_GENAI:
                     expected = REFUSED_GENAI[family]
                 elif exporter == "dynamo" and family in DYNAMO_GELU:
                     expected = "'Gelu'"

@@ -51,7 +51,7 @@ def match_attention(ix, normed, residual, after):
     """The attention block reading normed [b, s, dim] and adding into residual."""
     linears = linear_consumers(ix, normed)
     for matmul in linears:
-        _refuse_what_llama_lacks(ix, matmul)
+        refuse_what_llama_lacks(ix, matmul)
     if len(linears) == 1:
         raise ConvertError(f"node '{linears[0].name}': one projection of width {linear_weight(ix, linears[0]).shape[1]} "
                            "where the attention needs three (a fused query/key/value projection such as Phi-3's "
@@ -133,7 +133,7 @@ def _classify_projection(ix, matmul):
     return role, _Projection(matmul, heads, head_dim, rope, end)
 
 
-def _refuse_what_llama_lacks(ix, matmul):
+def refuse_what_llama_lacks(ix, matmul):
     """One line for a projection the llama family has no place for: a bias (Qwen2), or a per-head RMSNorm
     after the head split (Qwen3's q/k norm)."""
     out = matmul.output[0]

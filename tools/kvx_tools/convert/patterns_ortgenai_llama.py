@@ -7,7 +7,11 @@
   MultiHeadAttention(q, k, v, ..., attention_bias, past_key, past_value) -> (out, present_key, present_value)
 
 all but the first in the com.microsoft domain. Q, K and V stay [batch, seq, heads * head_dim]; the KV cache
-is [batch, kv_heads, seq, head_dim]. As in the torch graphs, the three projections are told apart by where
+is [batch, kv_heads, seq, head_dim]: MultiHeadAttention's past/present inputs and outputs, or, in the builder's
+fp16 CPU graphs with GQA, the cache outside the op (_match_repeat_kv): K (rotated) and V each go
+Reshape [b, s, Hkv, D] -> Transpose -> Concat(past input, .) = present output -> Unsqueeze(axis 2) ->
+Expand -> Reshape [b, H, t, D] (query head h reads KV head h // (H / Hkv), as kvx's GQA does) -> Transpose ->
+Reshape [b, t, H * D] into MultiHeadAttention's key or value slot. As in the torch graphs, the three projections are told apart by where
 they go (RotaryEmbedding then the query or key slot of MultiHeadAttention, or straight into its value slot),
 never by name. kvx builds its own causal mask, so the attention_bias input (the builder's causal and padding
 mask) is required but not read.
@@ -18,7 +22,7 @@ import numpy as np
 
 from .convert_errors import ConvertError, cannot_map
 from .graph_index import node_attr
-from .patterns_attention import Attention
+from .patterns_attention import Attention, refuse_what_llama_lacks
 from .patterns_linear import linear_consumers, linear_weight, sole_linear_consumer
 from .patterns_norm import RmsNorm
 from .patterns_ortgenai_gpt2 import MS_DOMAIN
@@ -116,10 +120,60 @@ def _match_rotary(ix, projection):
 
 
 def _attention_node(ix, tensor, slot, after, what):
+    """The MultiHeadAttention reading tensor in slot, directly or through the repeat_kv subgraph (then
+    returned with the cache Concat: (node, Concat or None))."""
     nodes = [n for n in ix.consumers(tensor, "MultiHeadAttention") if _input(n, slot) == tensor]
+    if not nodes:
+        nodes = [n for n in _downstream(ix, tensor, "MultiHeadAttention")
+                 if _match_repeat_kv(ix, _input(n, slot))[0] == tensor]
+        if len(nodes) == 1 and nodes[0].domain == MS_DOMAIN:
+            return nodes[0], _match_repeat_kv(ix, _input(nodes[0], slot))[1]
     if len(nodes) != 1 or nodes[0].domain != MS_DOMAIN:
         raise cannot_map(after, f"{what} going into one com.microsoft MultiHeadAttention")
-    return nodes[0]
+    return nodes[0], None
+
+
+REPEAT_KV_DEPTH = 12  # nodes from a projection to MultiHeadAttention through the cache and repeat_kv
+
+
+def _downstream(ix, tensor, op_type):
+    """The op_type nodes within REPEAT_KV_DEPTH consumers of tensor along first inputs."""
+    found, frontier, seen = {}, [tensor], {tensor}
+    for _ in range(REPEAT_KV_DEPTH):
+        following = []
+        for t in frontier:
+            for node in ix.consumers(t):
+                if node.op_type == op_type:
+                    found[node.name or id(node)] = node
+                elif node.output and node.output[0] not in seen:
+                    seen.add(node.output[0])
+                    following.append(node.output[0])
+        frontier = following
+    return list(found.values())
+
+
+def _match_repeat_kv(ix, tensor):
+    """(the [b, s, Hkv * D] tensor the cache is built from, the cache Concat, the Unsqueeze axes or None)
+    for tensor = the builder's repeat_kv of a cache Concat(past input, Transpose(Reshape(x))) into a graph
+    output, or (None, None, None). Only Reshape, Transpose, Expand and one Unsqueeze may lie between the
+    Concat and tensor."""
+    axes = None
+    node = ix.producer(tensor)
+    while node is not None and node.op_type in ("Reshape", "Transpose", "Expand", "Unsqueeze"):
+        if node.op_type == "Unsqueeze":
+            if axes is not None:
+                return None, None, None
+            axes = ix.constant(node.input[1]) if len(node.input) > 1 else node_attr(node, "axes")
+            axes = [int(a) for a in np.asarray(axes).reshape(-1)] if axes is not None else []
+        node = ix.producer(node.input[0])
+    if node is None or node.op_type != "Concat" or len(node.input) != 2 or node.input[0] not in ix.input_names \
+            or node.output[0] not in ix.output_names or node_attr(node, "axis") not in (2, -2):
+        return None, None, None
+    transpose = ix.producer_op(node.input[1], "Transpose")
+    reshape = ix.producer_op(transpose.input[0], "Reshape") if transpose is not None else None
+    if reshape is None or list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
+        return None, None, None
+    return reshape.input[0], node, axes
 
 
 def _check_cache_io(ix, mha, n_kv_heads, head_dim):
@@ -144,15 +198,20 @@ def match_fused_attention(ix, normed, after):
     linears = linear_consumers(ix, normed)
     if len(linears) != 3:
         raise cannot_map(after, f"three MatMuls (q, k, v projections) reading '{normed}', found {len(linears)}")
+    for matmul in linears:  # Qwen2's biases, Qwen3's q/k norms: one line naming them
+        refuse_what_llama_lacks(ix, matmul)
     rotaries = {id(m): _match_rotary(ix, m) for m in linears}
     rotated = [m for m in linears if rotaries[id(m)] is not None]
     values = [m for m in linears if rotaries[id(m)] is None]
     if len(rotated) != 2 or len(values) != 1:
         raise cannot_map(linears[0], "RotaryEmbedding on exactly two of the q, k, v projections")
     v = values[0]
-    mha = _attention_node(ix, v.output[0], MHA_VALUE, v, "the value projection")
+    mha, v_cache = _attention_node(ix, v.output[0], MHA_VALUE, v, "the value projection")
+    key_input, k_cache = _input(mha, MHA_KEY), None
+    if v_cache is not None:
+        key_input, k_cache, k_axes = _match_repeat_kv(ix, key_input)
     q = next((m for m in rotated if _input(mha, MHA_QUERY) == rotaries[id(m)].node.output[0]), None)
-    k = next((m for m in rotated if _input(mha, MHA_KEY) == rotaries[id(m)].node.output[0]), None)
+    k = next((m for m in rotated if key_input == rotaries[id(m)].node.output[0]), None)
     if q is None or k is None:
         raise cannot_map(mha, "the rotated query and key projections as its query and key")
     q_rope, k_rope = rotaries[id(q)], rotaries[id(k)]
@@ -169,13 +228,36 @@ def match_fused_attention(ix, normed, after):
                               f"as wide as a divisor of the heads (found num_heads {n_heads}, K {wk.shape[1]}, "
                               f"V {wv.shape[1]})")
     _check_attention_inputs(ix, mha, head_dim)
-    _check_cache_io(ix, mha, n_kv_heads, head_dim)
+    if v_cache is None:
+        _check_cache_io(ix, mha, n_kv_heads, head_dim)
+    else:
+        _check_repeat_kv(ix, mha, (k_cache, v_cache), (k_axes, _match_repeat_kv(ix, _input(mha, MHA_VALUE))[2]),
+                         n_heads, n_kv_heads, head_dim)
     o_proj = sole_linear_consumer(ix, mha.output[0], mha, "o_proj")
     if q_rope.interleaved:  # pairs (2j, 2j + 1): reorder Q and K so that kvx's rotate-half pairs the same
         wq, wk = _interleaved_to_rotate_half(wq, n_heads), _interleaved_to_rotate_half(wk, n_kv_heads)
     attention = Attention(wq=wq, wk=wk, wv=wv, wo=linear_weight(ix, o_proj), n_heads=n_heads,
                           n_kv_heads=n_kv_heads, head_dim=head_dim, inv_freq=q_rope.inv_freq, output=o_proj.output[0])
     return attention, min(q_rope.max_position, k_rope.max_position)
+
+
+def _check_repeat_kv(ix, mha, caches, axes, n_heads, n_kv_heads, head_dim):
+    """The cache Concats outside the op hold [batch, kv_heads, seq, head_dim] as declared, MultiHeadAttention
+    itself has no past, and each query head reads KV head h // (H / Hkv): the KV heads were unsqueezed at axis
+    2 (after the head axis) before being expanded, so each is repeated in place, not tiled."""
+    if _input(mha, MHA_PAST_KEY) or _input(mha, MHA_PAST_VALUE):
+        raise cannot_map(mha, "no past key/value of its own where the cache is concatenated outside it")
+    declared = {v.name: v for v in list(ix.graph.input) + list(ix.graph.output)}
+    for concat in caches:
+        for name in (concat.input[0], concat.output[0]):
+            dims = [d.dim_value if d.HasField("dim_value") else None
+                    for d in declared[name].type.tensor_type.shape.dim]
+            if len(dims) != 4 or dims[1] not in (None, n_kv_heads) or dims[3] not in (None, head_dim):
+                raise cannot_map(concat, f"a KV cache [batch, {n_kv_heads} kv heads, seq, {head_dim}], "
+                                         f"found '{name}' declared {dims}")
+    for found in axes:
+        if found != ([2] if n_heads != n_kv_heads else found) or (n_heads == n_kv_heads and found not in (None, [2])):
+            raise cannot_map(mha, f"K/V heads repeated in place (Unsqueeze at axis 2 before Expand), found axes {found}")
 
 
 def _check_attention_inputs(ix, mha, head_dim):
