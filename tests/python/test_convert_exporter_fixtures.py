@@ -46,8 +46,10 @@ HF_RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3}
 REFUSED = {
     "qwen2": "a bias on an attention projection",
     "qwen3": "a per-head RMSNorm on the query or key",
-    "phi3": "fused query/key/value projection",
-    "phi3-longrope": "fused query/key/value projection",
+    # The fused qkv_proj/gate_up_proj are split (normalise.py); HF's Phi-3 RoPE slices with bounds the
+    # converter cannot fold yet outside dynamo's graphs (dynamo's phi3 converts: CONVERTED_PAIRS).
+    "phi3": "rotate-half slices",
+    "phi3-longrope": "rotate-half slices",
     "gemma": "the token embedding scaled by",
     "gemma2": "the token embedding scaled by",
     "gemma3": "the token embedding scaled by",
@@ -62,6 +64,10 @@ REFUSED_GENAI = {"phi3": "miswired lm_head", "phi3-longrope": "'If'", "gemma": "
 # (sliding_window.py, with a warning), so it computes what HF does, not what ORT does on that graph.
 AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of 4",
               "mistral/genai-fp16": "genai_config.json gives a sliding window of 4"}
+
+
+# Pairs of a family otherwise refused that convert.
+CONVERTED_PAIRS = ("phi3/dynamo",)
 
 
 def folders(families):
@@ -91,7 +97,7 @@ class ConvertExporterFixtures(unittest.TestCase):
         cls._tmp.cleanup()
 
     def test_converted_families_match_ort(self):
-        for key, folder in folders(CONVERTED):
+        for key, folder in [*folders(CONVERTED), *((k, FIXTURES / k) for k in CONVERTED_PAIRS)]:
             with self.subTest(key):
                 self.check(key, folder)
 
@@ -159,7 +165,7 @@ class ConvertExporterFixtures(unittest.TestCase):
         self.assertLessEqual(decode_err, tolerance, f"{key}: decode step")
 
     def test_other_families_are_refused(self):
-        for key, folder in folders(REFUSED):
+        for key, folder in [(k, f) for k, f in folders(REFUSED) if k not in CONVERTED_PAIRS]:
             with self.subTest(key):
                 family, exporter = key.split("/")
                 if exporter.startswith("genai") and family in REFUSED_GENAI:

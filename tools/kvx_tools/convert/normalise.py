@@ -7,6 +7,11 @@ that they see one spelling of each thing whatever the exporter wrote:
     Gather/Slice of it give constants for the static dims (head_dim, heads), not for batch or sequence;
   - Identity, Dropout (inference) and Cast to the type a tensor already has are bypassed;
   - Gemm with a constant B is rewritten as MatMul (+ Add of its bias), the transposes folded into B;
+  - a Slice that keeps a whole static axis is bypassed, and an empty one (HF Phi-3's pass-through half of
+    a RoPE over the whole head) is dropped from the Concat along that axis that reads it;
+  - a MatMul by a constant W whose every reader takes columns of it (Slice or Split along the last axis,
+    constant bounds), as torch exports Phi-3's qkv_proj and gate_up_proj, becomes one MatMul per part by
+    W's columns of that part, so the matchers see separate projections;
   - nodes no graph output depends on are dropped.
 
 Everything is bounded: each node is visited once in a dependency order computed without recursion, and a
@@ -42,14 +47,26 @@ SHRINKING = frozenset({"Slice", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceM
 FOLDABLE = ELEMENTWISE | SAME_SIZE | SHRINKING | frozenset(
     {"Concat", "Gather", "Range", "ConstantOfShape", "Expand", "Tile", "Split", "MatMul"})
 BYPASSED = frozenset({"Identity", "Dropout"})
+# Passes at most: each slice rewrite can let one more level of shape arithmetic fold (Phi-3's q, then k).
+MAX_PASSES = 4
 
 
 def normalise(model):
-    """model rewritten in place (graph nodes and initializers); returns it."""
+    """model rewritten in place (graph nodes and initializers); returns it. A graph whose slices were
+    rewritten (_split_fused_linears, _drop_whole_and_empty_slices) goes through once more: shapes read from
+    the bypassed Slices fold only then."""
+    for _ in range(MAX_PASSES):
+        if not _normalise_once(model):
+            break
+    return model
+
+
+def _normalise_once(model):
+    """One pass of normalise; returns whether a slice rewrite happened."""
     graph = model.graph
     order = _dependency_order(graph)
     if order is None:  # a cycle: leave the graph as it is for the checks that name it
-        return model
+        return False
     opset = _default_opset(model)
     shapes = _static_shapes(model)
     values = {t.name: None for t in graph.initializer}  # name -> array, read lazily
@@ -102,9 +119,11 @@ def normalise(model):
 
     _write_back(graph, kept, values, inits)
     _unflatten_linears(graph)
+    changed = _split_fused_linears(graph)
+    changed = _drop_whole_and_empty_slices(graph) or changed
     _split_key_transposes(graph)
     _write_back(graph, list(graph.node), {}, {t.name: t for t in graph.initializer})
-    return model
+    return changed
 
 
 def _rank_of(ix, tensor, shape):
@@ -176,6 +195,102 @@ def _split_key_transposes(graph):
                 del attr.ints[:]
                 attr.ints.extend([0, 1, 3, 2])
     graph.node.extend(added)
+
+
+def _column_ranges(ix, node, width):
+    """[(start, end), ...] of the columns a Slice or Split of a MatMul output [.., width] takes along its
+    last axis, one per output, or None when it is anything else (another axis, a step, unknown bounds)."""
+    def ints(name):
+        value = ix.constant(name) if name else None
+        return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    rank = len(ix.static_shape(node.input[0]) or ()) or None
+    last_axes = (-1,) if rank is None else (-1, rank - 1)
+    if node.op_type == "Slice" and len(node.input) >= 4:
+        starts, ends, axes = ints(node.input[1]), ints(node.input[2]), ints(node.input[3])
+        steps = ints(node.input[4]) if len(node.input) > 4 and node.input[4] else [1]
+        if None in (starts, ends, axes, steps) or len(starts) != 1 or len(ends) != 1 or axes[0] not in last_axes \
+                or len(axes) != 1 or steps != [1]:
+            return None
+        start, end = (v + width if v < 0 else v for v in (starts[0], ends[0]))
+        start, end = max(0, min(start, width)), max(0, min(end, width))
+        return [(start, end)] if start < end else None
+    if node.op_type == "Split" and node_attr(node, "axis", 0) in last_axes:
+        sizes = ints(node.input[1]) if len(node.input) > 1 and node.input[1] else list(node_attr(node, "split", []))
+        parts = node_attr(node, "num_outputs", 0)
+        if not sizes and parts and width % parts == 0:  # opset 18's equal parts
+            sizes = [width // parts] * parts
+        if not sizes or sum(sizes) != width or min(sizes) <= 0 or len(sizes) != len(node.output):
+            return None
+        bounds = np.cumsum([0] + sizes)
+        return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    return None
+
+
+def _split_fused_linears(graph):
+    """MatMul(x, W) read only by Slices/Splits of its columns -> one MatMul(x, W[:, a:b]) per part."""
+    from .graph_index import GraphIndex
+    ix = GraphIndex(graph)
+    changed = False
+    for matmul in [n for n in graph.node if n.op_type == "MatMul" and len(n.input) == 2]:
+        weight = ix.constant(matmul.input[1])
+        readers = ix.consumers(matmul.output[0])
+        if weight is None or weight.ndim != 2 or not readers or matmul.output[0] in ix.output_names \
+                or any(r.input[0] != matmul.output[0] for r in readers):
+            continue
+        parts = [_column_ranges(ix, r, weight.shape[1]) for r in readers]
+        if any(p is None for p in parts):
+            continue
+        base = matmul.name or matmul.output[0]
+        for reader, ranges in zip(readers, parts):
+            for k, ((start, end), output) in enumerate(zip(ranges, reader.output)):
+                name = f"{base}/columns_{start}_{end}"
+                if name not in {t.name for t in graph.initializer}:
+                    graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight[:, start:end]), name))
+                graph.node.append(helper.make_node("MatMul", [matmul.input[0], name], [output], name=f"{name}/MatMul"))
+            reader.output[:] = [f"{o}/unused" for o in reader.output]
+        changed = True
+    return changed
+
+
+def _drop_whole_and_empty_slices(graph):
+    from .graph_index import GraphIndex
+    ix = GraphIndex(graph)
+    renamed, changed = {}, False
+    for node in [n for n in graph.node if n.op_type == "Slice" and len(n.input) >= 4]:
+        shape = ix.static_shape(node.input[0])
+        bounds = [ix.constant(n) for n in node.input[1:4]]
+        steps = ix.constant(node.input[4]) if len(node.input) > 4 and node.input[4] else np.ones(1, np.int64)
+        if shape is None or any(b is None or b.size != 1 for b in bounds) or steps.size != 1 or int(steps[0]) != 1:
+            continue
+        start, end, axis = (int(np.asarray(b).reshape(-1)[0]) for b in bounds)
+        axis = axis + len(shape) if axis < 0 else axis
+        if not 0 <= axis < len(shape) or shape[axis] is None:
+            continue
+        dim = shape[axis]
+        start, end = (max(0, min(v + dim if v < 0 else v, dim)) for v in (start, end))
+        if start == 0 and end == dim and node.output[0] not in ix.output_names:
+            renamed[node.output[0]] = node.input[0]
+        elif start >= end:
+            for concat in ix.consumers(node.output[0], "Concat"):
+                if node_attr(concat, "axis") in (axis, axis - len(shape)) and len(concat.input) > 1:
+                    kept = [i for i in concat.input if i != node.output[0]]
+                    del concat.input[:]
+                    concat.input.extend(kept)
+                    changed = True
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            while name in renamed:
+                name = renamed[name]
+            node.input[k] = name
+    for node in graph.node:  # a Concat left with one input passes it on
+        if node.op_type == "Concat" and len(node.input) == 1 and node.output[0] not in ix.output_names:
+            renamed_to = node.input[0]
+            for other in graph.node:
+                for k, name in enumerate(other.input):
+                    if name == node.output[0]:
+                        other.input[k] = renamed_to
+    return changed or bool(renamed)
 
 
 def _unflatten_linears(graph):
