@@ -65,6 +65,9 @@ struct PagedAttentionArgs {
     int window = 0;                        // 0: full causal; W > 0: positions row_pos - W + 1 .. row_pos
     KvDtype kv_dtype = KvDtype::f32;
     float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
+    // Attention logit soft-cap (Gemma 2): each scaled score s becomes softcap * tanh(s / softcap) before
+    // the softmax. 0: none.
+    float softcap = 0.0f;
 };
 
 // One matmul of a group sharing an input (KernelTable::matmuls): out [n][m] = x . w^T with w [m][k] stored
@@ -99,12 +102,13 @@ struct KernelTable {
     // biased variance mean((x - mean)^2), for i < n rows of width d. out may alias x.
     void (*layernorm)(float* out, const float* x, const float* weight, const float* bias, int n, int d, float eps);
 
-    // Rotary embedding in the "rotate half" form (HF Llama, GPT-NeoX): within each head, element j of the
-    // first half pairs with element j + head_dim/2:
+    // Rotary embedding in the "rotate half" form (HF Llama, GPT-NeoX) on the first rotary_dim elements of
+    // each head (even, <= head_dim; GPT-NeoX's partial rotary rotates fewer than head_dim, the rest pass
+    // through unchanged): element j < rotary_dim/2 pairs with element j + rotary_dim/2:
     //   x1' = x1 * cos - x2 * sin,   x2' = x2 * cos + x1 * sin
-    // x [n_rows][n_heads][head_dim] in place; cos, sin [n_rows][head_dim/2] (computed once per forward
+    // x [n_rows][n_heads][head_dim] in place; cos, sin [n_rows][rotary_dim/2] (computed once per forward
     // pass by the backend from the positions and the model's inverse frequencies).
-    void (*rope)(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim);
+    void (*rope)(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, int rotary_dim);
 
     // Writes the batch's new keys and values into their cache slots.
     // k, v [n_rows][n_kv_heads][head_dim]; slots [n_rows]: block_id * block_size + offset, or -1 to skip.
@@ -132,6 +136,15 @@ struct KernelTable {
     // GELU in the tanh form of GPT-2 (and ONNX Runtime's FastGelu):
     //   out[i] = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).  out may alias x.
     void (*gelu_tanh)(float* out, const float* x, int64_t n);
+
+    // GeGLU in GELU's tanh form (Gemma): out[i] = gelu_tanh(gate[i]) * up[i]. out may alias gate or up.
+    void (*geglu_tanh)(float* out, const float* gate, const float* up, int64_t n);
+
+    // GELU, exact form (GPT-NeoX's "gelu"): out[i] = 0.5 x (1 + erf(x / sqrt(2))). out may alias x.
+    void (*gelu_erf)(float* out, const float* x, int64_t n);
+
+    // Soft-cap (Gemma 2's final logits): x[i] = cap * tanh(x[i] / cap), cap > 0.
+    void (*softcap)(float* x, int64_t n, float cap);
 
     // Residual add: x[i] += y[i].
     void (*add)(float* x, const float* y, int64_t n);

@@ -80,8 +80,9 @@ void reference_layernorm(float* out, const float* x, const float* weight, const 
     }
 }
 
-void reference_rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim) {
-    const int half = head_dim / 2;
+void reference_rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim,
+                    int rotary_dim) {
+    const int half = rotary_dim / 2;  // elements rotary_dim .. head_dim pass through
     for (int r = 0; r < n_rows; ++r) {
         const float* c = cos + static_cast<int64_t>(r) * half;
         const float* s = sin + static_cast<int64_t>(r) * half;
@@ -140,7 +141,7 @@ int first_visible(int pos, int window) { return window > 0 ? std::max(0, pos - w
 // in v. The per-call vectors are fine here: this is the oracle, not the hot path.
 template <class T, class RowOffset>
 void reference_attend(const float* q, const T* k, const T* v, int first, int last, int head_dim, float scale,
-                      RowOffset row_offset, float* out) {
+                      float softcap, RowOffset row_offset, float* out) {
     std::vector<double> scores;    // [last - first + 1], one per visible key
     std::vector<double> weighted;  // [head_dim]
     double max_score = -std::numeric_limits<double>::infinity();
@@ -148,7 +149,8 @@ void reference_attend(const float* q, const T* k, const T* v, int first, int las
         const T* key = k + row_offset(p);
         double dot = 0.0;
         for (int j = 0; j < head_dim; ++j) dot += static_cast<double>(q[j]) * cache_value(key[j]);
-        scores.push_back(dot * scale);
+        const double score = dot * scale;
+        scores.push_back(softcap > 0 ? softcap * std::tanh(score / softcap) : score);
         max_score = std::max(max_score, scores.back());
     }
     weighted.assign(head_dim, 0.0);
@@ -177,7 +179,7 @@ void reference_paged_attention_of(const PagedAttentionArgs& a) {
                 return ((block * a.n_kv_heads + kv_head) * a.block_size + p % a.block_size) * a.head_dim;
             };
             reference_attend(a.q + row_head * a.head_dim, k_cache, v_cache, first_visible(a.row_pos[r], a.window),
-                             a.row_pos[r], a.head_dim, a.scale, row_offset, a.out + row_head * a.head_dim);
+                             a.row_pos[r], a.head_dim, a.scale, a.softcap, row_offset, a.out + row_head * a.head_dim);
         }
     }
 }
@@ -198,7 +200,7 @@ void reference_contiguous_attention(const ContiguousAttentionArgs& a) {
             const int64_t row_head = static_cast<int64_t>(r) * a.n_heads + h;
             auto row_offset = [&](int p) { return (region * a.max_seq + p) * a.head_dim; };
             reference_attend(a.q + row_head * a.head_dim, a.k_cache, a.v_cache, first_visible(a.row_pos[r], a.window),
-                             a.row_pos[r], a.head_dim, a.scale, row_offset, a.out + row_head * a.head_dim);
+                             a.row_pos[r], a.head_dim, a.scale, 0.0f, row_offset, a.out + row_head * a.head_dim);
         }
     }
 }
@@ -244,6 +246,26 @@ void reference_gelu_tanh(float* out, const float* x, int64_t n) {
     }
 }
 
+void reference_geglu_tanh(float* out, const float* gate, const float* up, int64_t n) {
+    const double sqrt_2_over_pi = std::sqrt(2.0 / std::acos(-1.0));
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = gate[i];
+        const double u = sqrt_2_over_pi * (g + 0.044715 * g * g * g);
+        out[i] = static_cast<float>(g / (1.0 + std::exp(-2.0 * u)) * up[i]);
+    }
+}
+
+void reference_gelu_erf(float* out, const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const double v = x[i];
+        out[i] = static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+    }
+}
+
+void reference_softcap(float* x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+}
+
 void reference_add(float* x, const float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -267,6 +289,9 @@ constexpr KernelTable kReferenceKernels{
     .copy_blocks = reference_copy_blocks,
     .swiglu = reference_swiglu,
     .gelu_tanh = reference_gelu_tanh,
+    .geglu_tanh = reference_geglu_tanh,
+    .gelu_erf = reference_gelu_erf,
+    .softcap = reference_softcap,
     .add = reference_add,
     .add_bias = reference_add_bias,
 };

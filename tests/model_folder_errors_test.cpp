@@ -85,7 +85,28 @@ TEST_CASE("config.json fields of the wrong type or range are refused, never coer
         {"norm_eps", "tiny", "'norm_eps' must be a number above 0 and below 1, not \"tiny\""},
         {"tied_embeddings", "yes", "'tied_embeddings' must be true or false, not \"yes\""},
         {"architecture", 3, "'architecture' must be a string, not 3"},
-        {"architecture", "mamba", "'architecture' = 'mamba' is not a family kvx runs (llama, gpt2)"},
+        {"architecture", "mamba", "'architecture' = 'mamba' is not a family kvx runs (llama, gpt2, gemma, gpt-neox)"},
+        // The layer options: typed, ranged, each message one line naming the field.
+        {"mlp", "relu", "'mlp' = 'relu' is not an MLP kvx computes (swiglu, gelu_tanh, geglu_tanh, gelu)"},
+        {"mlp", 1, "'mlp' must be a string, not 1"},
+        {"norm_weight_offset", 0.5, "'norm_weight_offset' must be 0 or 1, not 0.5"},
+        {"norm_weight_offset", 2, "'norm_weight_offset' must be a number from 0.0 to 1.0, not 2"},
+        {"norm_weight_offset", "1", "'norm_weight_offset' must be a number from 0.0 to 1.0, not \"1\""},
+        {"qk_norm", 1, "'qk_norm' must be true or false, not 1"},
+        {"norm_placement", "post", "'norm_placement' = 'post' is not one of pre, sandwich"},
+        {"residual", true, "'residual' must be a string, not true"},
+        {"residual", "parallel_attn", "'residual' = 'parallel_attn' is not one of sequential, parallel"},
+        {"rotary_dim", 6, "'rotary_dim' must be an integer from 2 to 4, not 6"},
+        {"rotary_dim", 3, "'rotary_dim' must be even, not 3"},
+        {"rotary_dim", 2.0, "'rotary_dim' must be an integer from 2 to 4, not 2.0"},
+        {"rope_local_layers", json::array({2}), "'rope_local_layers' must be an integer from 0 to 1, not 2"},
+        {"rope_local_layers", json::array({1, 0}), "'rope_local_layers' must be ascending and list each layer once"},
+        {"rope_local_layers", 0, "'rope_local_layers' must be a list, not 0"},
+        {"embedding_scale", 0, "'embedding_scale' must be a number from 1e-06 to 1000000.0, not 0"},
+        {"embedding_scale", "8", "'embedding_scale' must be a number from 1e-06 to 1000000.0, not \"8\""},
+        {"attention_scale", -0.25, "'attention_scale' must be a number from 1e-06 to 1000000.0, not -0.25"},
+        {"attn_logit_softcap", 0, "'attn_logit_softcap' must be a number from 0.001 to 1000000.0, not 0"},
+        {"final_logit_softcap", 1e300, "'final_logit_softcap' must be a number from 0.001 to 1000000.0, not 1e+300"},
         {"rope_style", "interleaved", "'rope_style' must be \"half\""},
         {"weights", "model.safetensors", "'weights' must be an object, not \"model.safetensors\""},
         {"weights.dtype", "bf16", "'weights.dtype' = 'bf16' is not a dtype kvx reads (f32, f16)"},
@@ -96,6 +117,62 @@ TEST_CASE("config.json fields of the wrong type or range are refused, never coer
         CHECK_THROWS_WITH(load_with(f, c.field, c.value),
                           Catch::Contains("model config '" + f.str() + "/config.json': " + c.message));
     }
+}
+
+TEST_CASE("the layer options are read as given, and default to a plain layer", "[model][config]") {
+    const Folder f;
+    f.write("config.json", valid_config().dump());
+    const ModelConfig plain = load_model_config(f.str());
+    CHECK(plain.norm_weight_offset == 0.0f);
+    CHECK_FALSE(plain.qk_norm);
+    CHECK_FALSE(plain.sandwich_norms);
+    CHECK_FALSE(plain.parallel_residual);
+    CHECK(plain.rotated_dims() == 4);
+    CHECK(plain.rope_local_layers.empty());
+    CHECK(plain.embedding_scale == 1.0f);
+    CHECK(plain.q_k_scale() == 0.5f);
+    CHECK(plain.attn_logit_softcap == 0.0f);
+    CHECK(plain.final_logit_softcap == 0.0f);
+
+    json config = valid_config();
+    config.update({{"architecture", "gemma"}, {"norm_weight_offset", 1}, {"qk_norm", true},
+                   {"norm_placement", "sandwich"}, {"rotary_dim", 2}, {"rope_local_layers", {0}},
+                   {"embedding_scale", 2.828427}, {"attention_scale", 0.125}, {"attn_logit_softcap", 50.0},
+                   {"final_logit_softcap", 30}});
+    f.write("config.json", config.dump());
+    const ModelConfig gemma = load_model_config(f.str());
+    CHECK(gemma.traits.mlp == MlpKind::geglu_tanh);
+    CHECK(gemma.norm_weight_offset == 1.0f);
+    CHECK(gemma.qk_norm);
+    CHECK(gemma.sandwich_norms);
+    CHECK(gemma.rotated_dims() == 2);
+    CHECK(gemma.rope_local_layers == std::vector<int>{0});
+    CHECK(gemma.embedding_scale == 2.828427f);
+    CHECK(gemma.q_k_scale() == 0.125f);
+    CHECK(gemma.attn_logit_softcap == 50.0f);
+    CHECK(gemma.final_logit_softcap == 30.0f);
+
+    config = valid_config();
+    config.update({{"residual", "parallel"}, {"mlp", "gelu"}});
+    f.write("config.json", config.dump());
+    const ModelConfig neox = load_model_config(f.str());
+    CHECK(neox.parallel_residual);
+    CHECK(neox.traits.mlp == MlpKind::gelu_erf);
+    CHECK_FALSE(neox.traits.gated_mlp());
+
+    // Options that contradict the family or each other.
+    config = valid_config();
+    config.update({{"architecture", "gpt2"}, {"qk_norm", true}});
+    f.write("config.json", config.dump());
+    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'qk_norm' needs an RMSNorm family"));
+    config = valid_config();
+    config.update({{"architecture", "gpt2"}, {"rotary_dim", 2}});
+    f.write("config.json", config.dump());
+    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'rotary_dim' is for rotary positions only"));
+    config = valid_config();
+    config.update({{"norm_placement", "sandwich"}, {"residual", "parallel"}});
+    f.write("config.json", config.dump());
+    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'norm_placement'"));
 }
 
 TEST_CASE("a product of config fields beyond what kvx counts in int is refused", "[model][config][errors]") {

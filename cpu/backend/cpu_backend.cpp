@@ -36,6 +36,9 @@ CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(
         {!kernels.matmuls, "matmuls"},
         {t.norm == NormKind::layer && !kernels.layernorm, "layernorm"},
         {t.mlp == MlpKind::gelu_tanh && !kernels.gelu_tanh, "gelu_tanh"},
+        {t.mlp == MlpKind::geglu_tanh && !kernels.geglu_tanh, "geglu_tanh"},
+        {t.mlp == MlpKind::gelu_erf && !kernels.gelu_erf, "gelu_erf"},
+        {model.config.final_logit_softcap > 0 && !kernels.softcap, "softcap"},
         {!kernels.add_bias, "add_bias"},
     };
     for (const auto& [missing, what] : needs)
@@ -95,21 +98,34 @@ void CpuBackend::ensure_scratch(int32_t n_rows) {
     up_.resize(n * w.hidden);
     proj_.resize(n * w.residual);
     pos_row_.resize(w.residual);
+    attn_out_.resize(n * w.attn_out);
     rope_cos_.resize(n * w.rope);
     rope_sin_.resize(n * w.rope);
+    rope_cos_local_.resize(n * w.rope_local);
+    rope_sin_local_.resize(n * w.rope_local);
     scratch_rows_ = n_rows;
 }
 
-void CpuBackend::attention_block(int layer, const ForwardBatch& batch) {
+// out [n_rows][dim] = the attention block's output for the residual stream: attention of the normalised
+// x (q/k normed per head where the model says, RoPE with the layer's base), through wo, and through the
+// post-attention norm for sandwich norms.
+void CpuBackend::attention_block(int layer, const ForwardBatch& batch, float* out) {
     const ModelConfig& c = model_.config;
     const DecoderPlan& plan = *plan_;
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int32_t n = batch.n_rows();
     norm(xn_.data(), x_.data(), w.attn_norm, n);
     linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, xn_.data(), n);
+    if (c.qk_norm) {  // each head a row of width head_dim
+        kernels_.rmsnorm(q_.data(), q_.data(), w.q_norm.weight, n * c.n_heads, c.head_dim, c.norm_eps);
+        kernels_.rmsnorm(k_.data(), k_.data(), w.k_norm.weight, n * c.n_kv_heads, c.head_dim, c.norm_eps);
+    }
     if (c.traits.rotary()) {
-        kernels_.rope(q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim);
-        kernels_.rope(k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim);
+        const bool local = std::binary_search(c.rope_local_layers.begin(), c.rope_local_layers.end(), layer);
+        const float* cos = local ? rope_cos_local_.data() : rope_cos_.data();
+        const float* sin = local ? rope_sin_local_.data() : rope_sin_.data();
+        kernels_.rope(q_.data(), cos, sin, n, c.n_heads, c.head_dim, c.rotated_dims());
+        kernels_.rope(k_.data(), cos, sin, n, c.n_kv_heads, c.head_dim, c.rotated_dims());
     }
 
     const KvLayout& kv = plan.kv();
@@ -134,24 +150,37 @@ void CpuBackend::attention_block(int layer, const ForwardBatch& batch) {
     a.n_rows = n;
     kernels_.paged_attention(a);
 
-    linear(proj_.data(), att_.data(), w.wo, n);
-    kernels_.add(x_.data(), proj_.data(), int64_t{n} * c.dim);
+    linear(out, att_.data(), w.wo, n);
+    if (c.sandwich_norms) norm(out, out, w.post_attn_norm, n);
 }
 
-void CpuBackend::mlp_block(int layer, int32_t n) {
+// out [n_rows][dim] = the MLP block's output: the MLP of the normalised x, through the post-feedforward
+// norm for sandwich norms.
+void CpuBackend::mlp_block(int layer, int32_t n, float* out) {
     const ModelConfig& c = model_.config;
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int64_t inner = int64_t{n} * c.hidden_dim;
     norm(xn_.data(), x_.data(), w.ffn_norm, n);
-    if (c.traits.gated_mlp()) {
+    switch (c.traits.mlp) {
+    case MlpKind::swiglu:
         linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
         kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
-    } else {
+        break;
+    case MlpKind::geglu_tanh:
+        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
+        kernels_.geglu_tanh(up_.data(), gate_.data(), up_.data(), inner);
+        break;
+    case MlpKind::gelu_tanh:
         linear(up_.data(), xn_.data(), w.w_up, n);
         kernels_.gelu_tanh(up_.data(), up_.data(), inner);
+        break;
+    case MlpKind::gelu_erf:
+        linear(up_.data(), xn_.data(), w.w_up, n);
+        kernels_.gelu_erf(up_.data(), up_.data(), inner);
+        break;
     }
-    linear(proj_.data(), up_.data(), w.w_down, n);
-    kernels_.add(x_.data(), proj_.data(), int64_t{n} * c.dim);
+    linear(out, up_.data(), w.w_down, n);
+    if (c.sandwich_norms) norm(out, out, w.post_ffn_norm, n);
 }
 
 // out [n_rows][weight.rows] = x [n_rows][weight.cols] . weight^T (+ bias), in the weight's stored dtype.
@@ -198,7 +227,11 @@ void CpuBackend::embed(const ForwardBatch& batch) {
     const size_t dim = static_cast<size_t>(c.dim);
     for (int32_t r = 0; r < n; ++r) {
         const int32_t token = batch.tokens[static_cast<size_t>(r)];  // range-checked by the engine
-        model_.tok_embeddings.row_to_f32(token, &x_[static_cast<size_t>(r) * dim]);
+        float* row = &x_[static_cast<size_t>(r) * dim];
+        model_.tok_embeddings.row_to_f32(token, row);
+        // HF multiplies the embedding by the scale as a tensor of the activations' dtype: fp32 here.
+        if (c.embedding_scale != 1.0f)
+            for (size_t i = 0; i < dim; ++i) row[i] *= c.embedding_scale;
     }
     if (c.traits.learned_positions()) {
         for (int32_t r = 0; r < n; ++r) {  // positions < context <= max_seq_len, checked by the engine
@@ -207,12 +240,20 @@ void CpuBackend::embed(const ForwardBatch& batch) {
         }
         return;
     }
-    const int half = c.head_dim / 2;
+    rope_tables(batch, model_.rope_inv_freq, rope_cos_.data(), rope_sin_.data());
+    if (model_.rope_inv_freq_local)
+        rope_tables(batch, model_.rope_inv_freq_local, rope_cos_local_.data(), rope_sin_local_.data());
+}
+
+// cos, sin [n_rows][rotary_dim / 2] of each row's position times inv_freq.
+void CpuBackend::rope_tables(const ForwardBatch& batch, const float* inv_freq, float* cos, float* sin) {
+    const int32_t n = batch.n_rows();
+    const int half = model_.config.rotated_dims() / 2;
     for (int32_t r = 0; r < n; ++r)
         for (int i = 0; i < half; ++i) {
-            const float angle = static_cast<float>(batch.positions[static_cast<size_t>(r)]) * model_.rope_inv_freq[i];
-            rope_cos_[static_cast<size_t>(r * half + i)] = std::cos(angle);
-            rope_sin_[static_cast<size_t>(r * half + i)] = std::sin(angle);
+            const float angle = static_cast<float>(batch.positions[static_cast<size_t>(r)]) * inv_freq[i];
+            cos[static_cast<size_t>(r * half + i)] = std::cos(angle);
+            sin[static_cast<size_t>(r * half + i)] = std::sin(angle);
         }
 }
 
@@ -222,9 +263,19 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
     const int32_t n = batch.n_rows();
     ensure_scratch(n);
     embed(batch);
+    const int64_t width = int64_t{n} * c.dim;
     for (int layer = 0; layer < c.n_layers; ++layer) {
-        attention_block(layer, batch);
-        mlp_block(layer, n);
+        if (c.parallel_residual) {  // x + (mlp(ffn_norm(x)) + attn(attn_norm(x))), HF GPT-NeoX's order of adds
+            attention_block(layer, batch, attn_out_.data());
+            mlp_block(layer, n, proj_.data());
+            kernels_.add(proj_.data(), attn_out_.data(), width);
+            kernels_.add(x_.data(), proj_.data(), width);
+            continue;
+        }
+        attention_block(layer, batch, proj_.data());
+        kernels_.add(x_.data(), proj_.data(), width);
+        mlp_block(layer, n, proj_.data());
+        kernels_.add(x_.data(), proj_.data(), width);
     }
 
     // Only the rows whose logits are wanted go through the final norm and the classifier, the largest
@@ -236,6 +287,8 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
                     dim * sizeof(float));
     norm(xn_.data(), proj_.data(), model_.final_norm, n_out);
     linear(logits, xn_.data(), Linear{model_.classifier, nullptr}, n_out);
+    if (c.final_logit_softcap > 0)
+        kernels_.softcap(logits, int64_t{n_out} * c.vocab_size, c.final_logit_softcap);
 }
 
 }  // namespace kvx::cpu

@@ -38,8 +38,9 @@ private:
     void linear(float* out, const float* x, const Linear& layer, int32_t n_rows);
     void linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n_rows);
     void norm(float* out, const float* x, const Norm& weights, int32_t n_rows);
-    void attention_block(int layer, const ForwardBatch& batch);
-    void mlp_block(int layer, int32_t n_rows);
+    void rope_tables(const ForwardBatch& batch, const float* inv_freq, float* cos, float* sin);
+    void attention_block(int layer, const ForwardBatch& batch, float* out);
+    void mlp_block(int layer, int32_t n_rows, float* out);
 
     const Model& model_;
     const KernelTable& kernels_;
@@ -62,8 +63,11 @@ private:
     std::vector<float> up_;      // [n_rows][hidden_dim] MLP inner activations
     std::vector<float> proj_;    // [n_rows][dim] output of wo / w_down before the residual add
     std::vector<float> pos_row_; // [dim] one learned position embedding converted to fp32
-    std::vector<float> rope_cos_;  // [n_rows][head_dim / 2] rotary positions only
-    std::vector<float> rope_sin_;  // [n_rows][head_dim / 2] rotary positions only
+    std::vector<float> attn_out_;  // [n_rows][dim] parallel residual only: the attention's output
+    std::vector<float> rope_cos_;  // [n_rows][rotary_dim / 2] rotary positions only
+    std::vector<float> rope_sin_;  // [n_rows][rotary_dim / 2] rotary positions only
+    std::vector<float> rope_cos_local_;  // [n_rows][rotary_dim / 2] from rope_inv_freq_local (rope_local_layers)
+    std::vector<float> rope_sin_local_;  // [n_rows][rotary_dim / 2]
 };
 
 }  // namespace kvx::cpu

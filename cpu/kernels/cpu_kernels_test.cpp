@@ -334,9 +334,10 @@ TEST_CASE("layernorm matches the reference, also in place and for rows far from 
 
 // ---- rope ---------------------------------------------------------------------------------------------
 
-void check_rope(const KernelTable& kernels, int n_rows, int n_heads, int head_dim, uint32_t seed) {
-    INFO("rope rows=" << n_rows << " heads=" << n_heads << " head_dim=" << head_dim);
-    const size_t half = static_cast<size_t>(head_dim) / 2;
+void check_rope(const KernelTable& kernels, int n_rows, int n_heads, int head_dim, uint32_t seed, int rotary_dim = 0) {
+    if (rotary_dim == 0) rotary_dim = head_dim;
+    INFO("rope rows=" << n_rows << " heads=" << n_heads << " head_dim=" << head_dim << " rotary_dim=" << rotary_dim);
+    const size_t half = static_cast<size_t>(rotary_dim) / 2;
     const std::vector<float> angles = random_floats(n_rows * half, seed, -10.0f, 10.0f);
     std::vector<float> cos(angles.size()), sin(angles.size());  // [n_rows][head_dim / 2]
     for (size_t i = 0; i < angles.size(); ++i) {
@@ -345,10 +346,13 @@ void check_rope(const KernelTable& kernels, int n_rows, int n_heads, int head_di
     }
     const std::vector<float> x = random_floats(static_cast<size_t>(n_rows) * n_heads * head_dim, seed + 1);
     std::vector<float> expected = x;  // [n_rows][n_heads][head_dim]
-    reference.rope(expected.data(), cos.data(), sin.data(), n_rows, n_heads, head_dim);
+    reference.rope(expected.data(), cos.data(), sin.data(), n_rows, n_heads, head_dim, rotary_dim);
     std::vector<float> actual = x;
-    kernels.rope(actual.data(), cos.data(), sin.data(), n_rows, n_heads, head_dim);
+    kernels.rope(actual.data(), cos.data(), sin.data(), n_rows, n_heads, head_dim, rotary_dim);
     CHECK_CLOSE(actual, expected, kTolerance);
+    // Partial rotary: the elements past rotary_dim of every head pass through bit for bit.
+    for (size_t i = 0; i < x.size(); ++i)
+        if (static_cast<int>(i % static_cast<size_t>(head_dim)) >= rotary_dim) REQUIRE(actual[i] == x[i]);
 }
 
 TEST_CASE("rope matches the reference", "[rope]") {
@@ -357,6 +361,15 @@ TEST_CASE("rope matches the reference", "[rope]") {
         for (int n_rows : {1, 3, 5})
             for (int n_heads : {1, 3, 8})
                 for (int head_dim : {2, 8, 24, 64, 80, 128}) check_rope(kernels, n_rows, n_heads, head_dim, seed += 2);
+    });
+}
+
+TEST_CASE("rope of the first rotary_dim elements matches the reference and leaves the rest", "[rope]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 350;
+        for (int n_rows : {1, 5})
+            for (auto [head_dim, rotary_dim] : {std::pair{16, 8}, {64, 16}, {80, 20}, {128, 64}, {24, 2}})
+                check_rope(kernels, n_rows, 3, head_dim, seed += 2, rotary_dim);
     });
 }
 
@@ -512,7 +525,7 @@ struct AttentionBatch {
         std::transform(v_cache.begin(), v_cache.end(), v_cache_f16.begin(), kvx::f32_to_f16);
     }
 
-    std::vector<float> run(const KernelTable& kernels, KvDtype dtype = KvDtype::f32) const {
+    std::vector<float> run(const KernelTable& kernels, KvDtype dtype = KvDtype::f32, float softcap = 0.0f) const {
         std::vector<float> out = nan_filled(q.size());
         PagedAttentionArgs args;
         args.q = q.data();
@@ -531,6 +544,7 @@ struct AttentionBatch {
         args.block_size = block_size;
         args.table_stride = table_stride;
         args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        args.softcap = softcap;
         kernels.paged_attention(args);
         return out;
     }
@@ -561,6 +575,24 @@ TEST_CASE("paged_attention matches the reference for every block size and head d
                 CHECK_CLOSE(batch.run(kernels), batch.run(reference), kTolerance);
             }
         }
+    });
+}
+
+// Soft-caps near the scores' scale (Gemma 2's 50 on real logits; 0.5 and 2 here, where tanh bends), over an
+// fp32 and an fp16 cache: the kernels agree with the reference, and differ from uncapped attention.
+TEST_CASE("paged_attention with a logit soft-cap matches the reference", "[paged_attention][softcap]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 540;
+        for (float cap : {0.5f, 2.0f})
+            for (int block_size : {1, 16}) {
+                INFO("softcap " << cap << " block_size=" << block_size);
+                AttentionBatch batch = attention_batch(2, 2, 16, block_size, {70, 1, 12}, 5, ++seed);
+                const std::vector<float> want = batch.run(reference, KvDtype::f32, cap);
+                CHECK_CLOSE(batch.run(kernels, KvDtype::f32, cap), want, kTolerance);
+                CHECK(want != batch.run(reference));
+                batch.to_f16();
+                CHECK_CLOSE(batch.run(kernels, KvDtype::f16, cap), batch.run(reference, KvDtype::f16, cap), kTolerance);
+            }
     });
 }
 
@@ -909,6 +941,46 @@ TEST_CASE("gelu_tanh matches the reference to 1e-6 x its condition, element by e
     });
 }
 
+TEST_CASE("geglu_tanh matches the reference, also in place", "[gelu]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 870;
+        for (int64_t n : {1, 3, 7, 17, 64, 1000, 5003}) {
+            INFO("geglu_tanh n=" << n);
+            const std::vector<float> gate = random_floats(static_cast<size_t>(n), ++seed, -8.0f, 8.0f);
+            const std::vector<float> up = random_floats(static_cast<size_t>(n), ++seed, -2.0f, 2.0f);
+            std::vector<float> expected(gate.size());
+            reference.geglu_tanh(expected.data(), gate.data(), up.data(), n);
+            std::vector<float> out = nan_filled(gate.size());
+            kernels.geglu_tanh(out.data(), gate.data(), up.data(), n);
+            CHECK_CLOSE(out, expected, 2e-6);
+            std::vector<float> in_place = up;  // out aliasing up
+            kernels.geglu_tanh(in_place.data(), gate.data(), in_place.data(), n);
+            CHECK_CLOSE(in_place, expected, 2e-6);
+        }
+    });
+}
+
+TEST_CASE("gelu_erf and softcap match the reference", "[gelu][softcap]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 880;
+        for (int64_t n : {1, 7, 64, 5003}) {
+            INFO("n=" << n);
+            const std::vector<float> x = random_floats(static_cast<size_t>(n), ++seed, -10.0f, 10.0f);
+            std::vector<float> expected(x.size()), out = nan_filled(x.size());
+            reference.gelu_erf(expected.data(), x.data(), n);
+            kernels.gelu_erf(out.data(), x.data(), n);
+            CHECK_CLOSE(out, expected, 2e-6);
+            for (float cap : {0.5f, 3.0f, 50.0f}) {
+                std::vector<float> want = x, got = x;
+                reference.softcap(want.data(), n, cap);
+                kernels.softcap(got.data(), n, cap);
+                CHECK_CLOSE(got, want, 2e-6);
+                for (float v : got) CHECK(std::fabs(v) <= cap);
+            }
+        }
+    });
+}
+
 TEST_CASE("add_bias adds the bias to every row", "[add]") {
     for_each_level([](const KernelTable& kernels) {
         uint32_t seed = 880;
@@ -990,7 +1062,7 @@ TEST_CASE("results with 1 and 2 threads are identical", "[threads]") {
         }));
         CHECK(same_with_1_and_2_threads([&] {
             std::vector<float> out = a;  // 64 rows x 32 heads x 128
-            kernels.rope(out.data(), b.data(), b.data() + rows * 64, rows, 32, 128);
+            kernels.rope(out.data(), b.data(), b.data() + rows * 64, rows, 32, 128, 128);
             return out;
         }));
         CHECK(same_with_1_and_2_threads([&] {

@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdint>
 #include <cstring>

@@ -214,8 +214,31 @@ void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShap
     linear(logits.data(), xn.data(), DeviceLinear{weights.classifier, nullptr}, n_out);
 }
 
+namespace {
+
+// The layer options (model_config.h) the CUDA pass does not compute yet, first one first, or empty. Refused
+// rather than run wrongly; the norm weight offset (folded at load) and the attention scale (the plan's)
+// need nothing of the pass and are not listed.
+std::string first_option_cuda_lacks(const ModelConfig& c) {
+    if (c.traits.mlp == MlpKind::geglu_tanh) return "MLP 'geglu_tanh'";
+    if (c.traits.mlp == MlpKind::gelu_erf) return "MLP 'gelu'";
+    if (c.qk_norm) return "qk_norm";
+    if (c.sandwich_norms) return "norm_placement 'sandwich'";
+    if (c.parallel_residual) return "residual 'parallel'";
+    if (c.rotated_dims() != c.head_dim) return "rotary_dim below head_dim";
+    if (!c.rope_local_layers.empty()) return "rope_local_layers";
+    if (c.embedding_scale != 1.0f) return "embedding_scale";
+    if (c.attn_logit_softcap > 0) return "attn_logit_softcap";
+    if (c.final_logit_softcap > 0) return "final_logit_softcap";
+    return {};
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options) {
     const ModelConfig& c = model.config;
+    if (const std::string lacks = first_option_cuda_lacks(c); !lacks.empty())
+        throw Error("--device cuda: this model's " + lacks + " is not implemented on the CUDA backend yet (use --device cpu)");
     if (c.head_dim > kMaxHeadDim)
         throw Error("--device cuda: head_dim " + std::to_string(c.head_dim) + " is beyond the CUDA attention kernel's " +
                     std::to_string(kMaxHeadDim));

@@ -154,7 +154,7 @@ TEST_CASE("rope_tables and rope match the host and the reference") {
                 sin[i] = std::sin(angles[i]);
             }
             std::vector<float> want = x;
-            reference.rope(want.data(), cos.data(), sin.data(), s.n_rows, s.n_heads, s.head_dim);
+            reference.rope(want.data(), cos.data(), sin.data(), s.n_rows, s.n_heads, s.head_dim, s.head_dim);
             OffsetBuffer<float> dx(x, s.offset), dcos(cos, s.offset), dsin(sin, s.offset);
             kvx::cuda::rope(dx.data(), dcos.data(), dsin.data(), s.n_rows, s.n_heads, s.head_dim, nullptr);
             CHECK(relative_error(dx.host(), want) <= kFp32Tolerance);

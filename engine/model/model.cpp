@@ -76,32 +76,50 @@ Model load_model(const std::string& model_dir) {
     WeightReader w(*m.weights, c.weights_dtype);
     const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
     const ArchitectureTraits& t = c.traits;
+    // A norm weight with the config's offset folded in: (1 + w) rounded to fp32 once here is the factor HF
+    // multiplies by (Gemma computes 1.0 + weight.float() in fp32), so the fold changes no bit of the result.
+    auto offset = [&](Norm n, int64_t width) {
+        if (c.norm_weight_offset == 0.0f || !n.weight) return n;
+        std::vector<float>& folded = m.offset_norm_weights.emplace_back(n.weight, n.weight + width);
+        for (float& v : folded) v += c.norm_weight_offset;
+        n.weight = folded.data();
+        return n;
+    };
 
     m.tok_embeddings = w.matrix("tok_embeddings", c.vocab_size, dim);
     if (t.rotary()) {
-        m.rope_inv_freq = w.vector("rope_inv_freq", c.head_dim / 2);
-        // Checked always (head_dim / 2 floats): a NaN frequency turns every position's rotation into NaN.
-        for (int i = 0; i < c.head_dim / 2; ++i)
-            if (!std::isfinite(m.rope_inv_freq[i]))
-                throw Error("weights file '" + m.weights->path() + "': rope_inv_freq[" + std::to_string(i) +
-                            "] is not a finite number");
+        const int half = c.rotated_dims() / 2;
+        m.rope_inv_freq = w.vector("rope_inv_freq", half);
+        if (!c.rope_local_layers.empty()) m.rope_inv_freq_local = w.vector("rope_inv_freq_local", half);
+        // Checked always (rotary_dim / 2 floats): a NaN frequency turns every position's rotation into NaN.
+        for (const auto& [name, freq] : {std::pair{"rope_inv_freq", m.rope_inv_freq}, {"rope_inv_freq_local", m.rope_inv_freq_local}})
+            for (int i = 0; freq && i < half; ++i)
+                if (!std::isfinite(freq[i]))
+                    throw Error("weights file '" + m.weights->path() + "': " + name + "[" + std::to_string(i) +
+                                "] is not a finite number");
     }
     if (t.learned_positions()) m.pos_embeddings = w.matrix("pos_embeddings", c.max_seq_len, dim);
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
         LayerWeights layer;
-        layer.attn_norm = w.norm(p + "attn_norm", dim, t.norm_has_bias());
+        layer.attn_norm = offset(w.norm(p + "attn_norm", dim, t.norm_has_bias()), dim);
         layer.wq = w.linear(p + "wq", q_dim, dim);
         layer.wk = w.linear(p + "wk", kv_dim, dim);
         layer.wv = w.linear(p + "wv", kv_dim, dim);
+        if (c.qk_norm) {
+            layer.q_norm = offset(w.norm(p + "q_norm", c.head_dim, false), c.head_dim);
+            layer.k_norm = offset(w.norm(p + "k_norm", c.head_dim, false), c.head_dim);
+        }
         layer.wo = w.linear(p + "wo", dim, q_dim);
-        layer.ffn_norm = w.norm(p + "ffn_norm", dim, t.norm_has_bias());
+        if (c.sandwich_norms) layer.post_attn_norm = offset(w.norm(p + "post_attn_norm", dim, t.norm_has_bias()), dim);
+        layer.ffn_norm = offset(w.norm(p + "ffn_norm", dim, t.norm_has_bias()), dim);
         if (t.gated_mlp()) layer.w_gate = w.linear(p + "w_gate", hidden, dim);
         layer.w_up = w.linear(p + "w_up", hidden, dim);
         layer.w_down = w.linear(p + "w_down", dim, hidden);
+        if (c.sandwich_norms) layer.post_ffn_norm = offset(w.norm(p + "post_ffn_norm", dim, t.norm_has_bias()), dim);
         m.layers.push_back(layer);
     }
-    m.final_norm = w.norm("final_norm", dim, t.norm_has_bias());
+    m.final_norm = offset(w.norm("final_norm", dim, t.norm_has_bias()), dim);
     if (c.tied_embeddings) {
         if (m.weights->contains("classifier"))
             throw Error("weights file '" + m.weights->path() + "' has a 'classifier' but the config says it is tied");

@@ -40,6 +40,9 @@ struct Norm {
 // One decoder layer. Tensor names in model.safetensors are in docs/model-format.md.
 struct LayerWeights {
     Norm attn_norm;
+    Norm post_attn_norm;  // sandwich norms only: on the attention output before the residual add
+    Norm q_norm;          // qk_norm only: [head_dim], RMSNorm of each query head before RoPE
+    Norm k_norm;          // qk_norm only: [head_dim], of each key head
     Linear wq;      // [n_heads * head_dim][dim]
     Linear wk;      // [n_kv_heads * head_dim][dim]
     Linear wv;      // [n_kv_heads * head_dim][dim]
@@ -48,6 +51,7 @@ struct LayerWeights {
     Linear w_gate;  // [hidden_dim][dim], a gated MLP's (SwiGLU) only, else empty
     Linear w_up;    // [hidden_dim][dim]; gpt2's c_fc
     Linear w_down;  // [dim][hidden_dim]; gpt2's c_proj
+    Norm post_ffn_norm;  // sandwich norms only: on the MLP output before the residual add
 };
 
 struct Model {
@@ -56,10 +60,14 @@ struct Model {
     std::unique_ptr<SafetensorsFile> weights;  // owns the mapping every pointer below points into
     WeightMatrix tok_embeddings;               // [vocab_size][dim]
     WeightMatrix pos_embeddings;               // [max_seq_len][dim], learned positions only
-    const float* rope_inv_freq = nullptr;      // [head_dim / 2], rotary positions only
+    const float* rope_inv_freq = nullptr;      // [rotary_dim / 2], rotary positions only
+    const float* rope_inv_freq_local = nullptr;  // [rotary_dim / 2], for config.rope_local_layers only
     std::vector<LayerWeights> layers;          // [n_layers]
     Norm final_norm;
     WeightMatrix classifier;                   // [vocab_size][dim]; the same data as tok_embeddings when tied
+    // Norm weights with config.norm_weight_offset added (1 + w, in fp32 as HF computes it for Gemma), which
+    // the Norms above point into instead of the mapping; empty for an offset of 0.
+    std::vector<std::vector<float>> offset_norm_weights;
 };
 
 // Loads MODEL_DIR (config.json + weights); throws kvx::Error on any mismatch between the two, including a

@@ -77,6 +77,66 @@ void read_sliding_window(const ConfigReader& r, ModelConfig& c) {
     if (c.sliding_window_layers.empty()) r.fail("sliding_window.layers", "lists no layer");
 }
 
+// A finite number in [lo, hi]; the field's default when absent or null.
+float number(const ConfigReader& r, const char* key, double lo, double hi, float fallback) {
+    if (!r.has(r.root(), key)) return fallback;
+    const json& v = r.root()[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi)
+        r.fail(key, "must be a number from " + json(lo).dump() + " to " + json(hi).dump() + ", not " + json_excerpt(v));
+    return v.get<float>();
+}
+
+// One of `choices` (a JSON string), or fallback when absent.
+std::string choice(const ConfigReader& r, const char* key, std::initializer_list<const char*> choices,
+                   const char* fallback) {
+    if (!r.has(r.root(), key)) return fallback;
+    const std::string value = r.string(r.root()[key], key);
+    std::string names;
+    for (const char* ch : choices) {
+        if (value == ch) return value;
+        names += (names.empty() ? "" : ", ") + std::string(ch);
+    }
+    r.fail(key, "= '" + value + "' is not one of " + names);
+}
+
+// The layer options of model_config.h: every one typed and range-checked, its default a plain layer's.
+void read_layer_options(const ConfigReader& r, ModelConfig& c) {
+    const json& j = r.root();
+    if (r.has(j, "mlp")) {
+        const std::string mlp = r.string(j["mlp"], "mlp");
+        const MlpKind* kind = find_mlp_kind(mlp);
+        if (!kind) r.fail("mlp", "= '" + mlp + "' is not an MLP kvx computes (swiglu, gelu_tanh, geglu_tanh, gelu)");
+        c.traits.mlp = *kind;
+    }
+    c.norm_weight_offset = number(r, "norm_weight_offset", 0, 1, 0.0f);
+    if (c.norm_weight_offset != 0.0f && c.norm_weight_offset != 1.0f)
+        r.fail("norm_weight_offset", "must be 0 or 1, not " + json_excerpt(j["norm_weight_offset"]));
+    if (r.has(j, "qk_norm")) c.qk_norm = r.boolean(j["qk_norm"], "qk_norm");
+    if (c.qk_norm && c.traits.norm != NormKind::rms) r.fail("qk_norm", "needs an RMSNorm family");
+    c.sandwich_norms = choice(r, "norm_placement", {"pre", "sandwich"}, "pre") == "sandwich";
+    c.parallel_residual = choice(r, "residual", {"sequential", "parallel"}, "sequential") == "parallel";
+    if (c.sandwich_norms && c.parallel_residual)
+        r.fail("norm_placement", "\"sandwich\" with 'residual' \"parallel\" is not a layer kvx computes");
+    if (r.has(j, "rotary_dim")) {
+        if (!c.traits.rotary()) r.fail("rotary_dim", "is for rotary positions only");
+        c.rotary_dim = static_cast<int>(r.integer(j["rotary_dim"], 2, c.head_dim, "rotary_dim"));
+        if (c.rotary_dim % 2 != 0) r.fail("rotary_dim", "must be even, not " + std::to_string(c.rotary_dim));
+    }
+    if (r.has(j, "rope_local_layers")) {
+        if (!c.traits.rotary()) r.fail("rope_local_layers", "is for rotary positions only");
+        for (const json& layer : r.array(j["rope_local_layers"], "rope_local_layers")) {
+            const auto i = static_cast<int>(r.integer(layer, 0, c.n_layers - 1, "rope_local_layers"));
+            if (!c.rope_local_layers.empty() && i <= c.rope_local_layers.back())
+                r.fail("rope_local_layers", "must be ascending and list each layer once");
+            c.rope_local_layers.push_back(i);
+        }
+    }
+    c.embedding_scale = number(r, "embedding_scale", 1e-6, 1e6, 1.0f);
+    c.attention_scale = number(r, "attention_scale", 1e-6, 1e6, 0.0f);
+    c.attn_logit_softcap = number(r, "attn_logit_softcap", 1e-3, 1e6, 0.0f);
+    c.final_logit_softcap = number(r, "final_logit_softcap", 1e-3, 1e6, 0.0f);
+}
+
 void read_token_ids(const ConfigReader& r, ModelConfig& c) {
     const json& j = r.root();
     const int64_t last = c.vocab_size - 1;
@@ -113,6 +173,10 @@ void read_chat(const ConfigReader& r, ModelConfig& c) {
 }
 
 }  // namespace
+
+float ModelConfig::q_k_scale() const {
+    return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
 
 ModelConfig load_model_config(const std::string& model_dir) {
     const std::string path = model_dir + "/config.json";
@@ -154,6 +218,7 @@ ModelConfig load_model_config(const std::string& model_dir) {
         r.fail("rope_style", "must be \"half\" (the rotation kvx implements)");
     if (r.has(j, "tied_embeddings")) c.tied_embeddings = r.boolean(j["tied_embeddings"], "tied_embeddings");
     read_sliding_window(r, c);
+    read_layer_options(r, c);
     read_token_ids(r, c);
 
     const json& weights = r.object(r.required(j, "weights", "weights"), "weights");

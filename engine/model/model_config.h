@@ -56,6 +56,18 @@ struct ModelConfig {
     // keys p - W + 1 .. p; the other layers see the whole sequence. 0 and no layers: none.
     int sliding_window = 0;
     std::vector<int> sliding_window_layers;  // ascending, each once
+    // The layer's differences between families, as data the forward pass reads (docs/model-format.md,
+    // "Layer options"); each has the value of a plain Llama / GPT-2 layer when its field is absent.
+    float norm_weight_offset = 0.0f;  // 0 or 1: added to every norm weight at load, in fp32 (Gemma's 1 + w)
+    bool qk_norm = false;             // RMSNorm of each head's q and k before RoPE (q_norm, k_norm [head_dim])
+    bool sandwich_norms = false;      // post_attn_norm / post_ffn_norm on each block's output before its add
+    bool parallel_residual = false;   // x + attn(attn_norm(x)) + mlp(ffn_norm(x)) (GPT-NeoX)
+    int rotary_dim = 0;               // rotated dims of each head, even, <= head_dim; 0 (absent): head_dim
+    std::vector<int> rope_local_layers;  // ascending: layers whose RoPE uses rope_inv_freq_local (Gemma 3)
+    float embedding_scale = 1.0f;     // the token embedding times this fp32 value (Gemma's sqrt(dim))
+    float attention_scale = 0.0f;     // q.k scale; 0 (absent): 1 / sqrt(head_dim). Gemma 2/3: query_pre_attn_scalar^-0.5
+    float attn_logit_softcap = 0.0f;  // scores -> cap * tanh(scores / cap); 0: none
+    float final_logit_softcap = 0.0f; // logits -> cap * tanh(logits / cap); 0: none
     int bos_token_id = -1;
     std::vector<int> eos_token_ids;
     std::string weights_file;    // relative to the model directory
@@ -67,6 +79,9 @@ struct ModelConfig {
     ChatConfig chat;
 
     int q_dim() const { return n_heads * head_dim; }     // checked <= ConfigLimits::width by load_model_config
+    // rotary_dim and attention_scale with their defaults applied (0, a hand-built config's, means absent).
+    int rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+    float q_k_scale() const;
     int kv_dim() const { return n_kv_heads * head_dim; }
 };
 

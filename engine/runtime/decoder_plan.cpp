@@ -19,7 +19,7 @@ size_t KvLayout::layer_pool_bytes(size_t layer) const {
 size_t KvLayout::bytes_per_block(size_t group) const { return 2 * groups.at(group).layers.size() * block_bytes(); }
 
 DecoderPlan::DecoderPlan(const ModelConfig& c, std::vector<LayerGroupSpec> groups, int32_t block_size, KvDtype kv_dtype)
-    : n_heads_(c.n_heads), attention_scale_(1.0f / std::sqrt(static_cast<float>(c.head_dim))) {
+    : n_heads_(c.n_heads), attention_scale_(c.q_k_scale()), attn_logit_softcap_(c.attn_logit_softcap) {
     kv_.dtype = kv_dtype;
     kv_.block_size = block_size;
     kv_.n_kv_heads = c.n_kv_heads;
@@ -33,7 +33,9 @@ DecoderPlan::DecoderPlan(const ModelConfig& c, std::vector<LayerGroupSpec> group
     widths_.kv = static_cast<size_t>(c.kv_dim());
     widths_.hidden = hidden;
     widths_.gate = c.traits.gated_mlp() ? hidden : 0;
-    widths_.rope = c.traits.rotary() ? static_cast<size_t>(c.head_dim / 2) : 0;
+    widths_.rope = c.traits.rotary() ? static_cast<size_t>(c.rotated_dims() / 2) : 0;
+    widths_.rope_local = c.rope_local_layers.empty() ? 0 : widths_.rope;
+    widths_.attn_out = c.parallel_residual ? dim : 0;
     widths_.widest_input = std::max({dim, hidden, widths_.q});
     widths_.logits = static_cast<size_t>(c.vocab_size);
 }
@@ -48,6 +50,7 @@ PagedAttentionArgs DecoderPlan::attention_args(size_t layer, int32_t table_strid
     a.window = kv_.groups.at(kv_.layer_group.at(layer)).window;
     a.kv_dtype = kv_.dtype;
     a.scale = attention_scale_;
+    a.softcap = attn_logit_softcap_;
     return a;
 }
 

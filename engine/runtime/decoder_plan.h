@@ -48,7 +48,9 @@ struct ActivationWidths {
     size_t kv = 0;            // n_kv_heads * head_dim: new keys, new values
     size_t hidden = 0;        // hidden_dim: the MLP's inner activations
     size_t gate = 0;          // hidden_dim for a gated MLP (SwiGLU)
-    size_t rope = 0;          // head_dim / 2 for rotary positions: each row's cos, and its sin
+    size_t rope = 0;          // rotary_dim / 2 for rotary positions: each row's cos, and its sin
+    size_t rope_local = 0;    // rotary_dim / 2 where some layers use the local RoPE base (Gemma 3)
+    size_t attn_out = 0;      // dim for a parallel residual: the attention's output, kept until the MLP's joins it
     size_t widest_input = 0;  // the widest matmul input (dim, hidden_dim or q): a staging copy of any input
     size_t logits = 0;        // vocab_size
 };
@@ -63,7 +65,8 @@ public:
     const ActivationWidths& widths() const { return widths_; }
 
     // Layer `layer`'s attention with every field but the pointers and n_rows set: heads, head_dim, block
-    // size, KV dtype, 1/sqrt(head_dim), its group's window, and the batch's block table stride.
+    // size, KV dtype, the model's attention scale and logit soft-cap, its group's window, and the batch's
+    // block table stride.
     PagedAttentionArgs attention_args(size_t layer, int32_t table_stride) const;
 
     // Throws kvx::Error (internal) for a batch the Engine did not build for this cache (other groups).
@@ -74,6 +77,7 @@ private:
     ActivationWidths widths_;
     int32_t n_heads_ = 0;
     float attention_scale_ = 1.0f;
+    float attn_logit_softcap_ = 0.0f;
 };
 
 // The plan a backend was handed, checked against the batch: throws kvx::Error (internal) when forward comes

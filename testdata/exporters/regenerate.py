@@ -11,6 +11,11 @@ Writes, per pair, testdata/exporters/<family>/<exporter>/:
     hf_logits.npy fp32 [prompt_len, vocab], prompt.json, fixture.json
 and testdata/exporters/not_made.json (pairs an exporter refused, with its error line) and summary.json
 (ORT-vs-HF error and operators of note per pair, the source of README.md's matrix).
+
+With --hf-weights-only it writes nothing of the above, only testdata/exporters/<family>/hf_weights.safetensors:
+the fp32 parameters HF ran (same seed) plus each rotary module's inv_freq buffer, after checking that the
+model reproduces the committed hf_logits.npy bit for bit and that a fresh model loaded from the file does too.
+tests/python/hf_checkpoint_to_kvx.py maps them to a kvx model directory for the engine's own test.
 """
 
 import argparse
@@ -388,11 +393,50 @@ def make_fixture(family, exporter, model, hf_folder, prompt, hf):
     return {"made": True, "max_abs_hf": float(np.abs(hf).max()), **errors, "operators": signature["operators"]}
 
 
+def hf_weights(model):
+    """{name: fp32 tensor}: every parameter under HF's name (tied ones once), and each rotary module's
+    inv_freq buffer (not in the state dict: HF recomputes it) under "<module>.inv_freq"."""
+    tensors = {name: p.detach().float().contiguous().clone() for name, p in model.named_parameters()}
+    for name, buffer in model.named_buffers():
+        if name.endswith("inv_freq") and not name.endswith("original_inv_freq"):
+            tensors[name] = buffer.detach().float().contiguous().clone()
+    return tensors
+
+
+@torch.no_grad()
+def write_hf_weights(family, prompt):
+    """<family>/hf_weights.safetensors, checked to reproduce the committed HF logits (every exporter's
+    hf_logits.npy of the family holds the same array)."""
+    from safetensors.torch import load_file, save_file
+    committed = np.load(next((HERE / family).glob("*/hf_logits.npy")))
+    model = build_model(family)
+    if not np.array_equal(hf_logits(model, prompt), committed):
+        raise SystemExit(f"{family}: the rebuilt model does not reproduce the committed hf_logits.npy")
+    path = HERE / family / "hf_weights.safetensors"
+    save_file(hf_weights(model), str(path), metadata={"family": family, "seed": str(SEED)})
+    fresh = build_model(family)
+    for p in fresh.parameters():
+        p.zero_()
+    loaded = load_file(str(path))
+    missing = fresh.load_state_dict({k: v for k, v in loaded.items() if not k.endswith("inv_freq")}, strict=False)
+    if missing.unexpected_keys:
+        raise SystemExit(f"{family}: unexpected keys {missing.unexpected_keys}")
+    if not np.array_equal(hf_logits(fresh, prompt), committed):
+        raise SystemExit(f"{family}: a model loaded from {path.name} does not reproduce hf_logits.npy")
+    print(f"{family}: {path.stat().st_size} bytes, reproduces hf_logits.npy", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="default: all")
     parser.add_argument("--exporter", action="append", choices=list(EXPORTERS), help="default: all")
+    parser.add_argument("--hf-weights-only", action="store_true",
+                        help="write only <family>/hf_weights.safetensors (checked against hf_logits.npy)")
     args = parser.parse_args()
+    if args.hf_weights_only:
+        for family in args.family or FAMILIES:
+            write_hf_weights(family, prompt_ids())
+        return 0
     summary_path, not_made_path = HERE / "summary.json", HERE / "not_made.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     prompt = prompt_ids()

@@ -71,7 +71,7 @@ void rope(benchmark::State& state) {
     const std::vector<float> sin = random_floats(int64_t{s.rows} * kHeadDim / 2, 18);  // [rows][kHeadDim / 2]
     const KernelTable& kernels = kernels_under_test();
     for (auto _ : state) {
-        kernels.rope(x.data(), cos.data(), sin.data(), s.rows, n_heads, kHeadDim);
+        kernels.rope(x.data(), cos.data(), sin.data(), s.rows, n_heads, kHeadDim, kHeadDim);
         benchmark::ClobberMemory();
     }
     // Per pair of elements: 4 multiplies and 2 adds.
