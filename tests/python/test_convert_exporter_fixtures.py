@@ -32,7 +32,7 @@ import exporter_feeds
 
 FIXTURES = REPO / "testdata" / "exporters"
 KVX = os.environ.get("KVX_BIN")
-CONVERTED = ("llama3-untied", "llama-tied", "mistral", "gpt2")
+CONVERTED = ("llama3-untied", "llama-tied", "mistral", "qwen2", "qwen3", "gpt2")
 EXPORTERS = ("torchscript", "torchscript-past", "dynamo", "optimum", "genai-fp32", "genai-fp16")
 # Relative to max|ORT logit|. fp32: summation order only. fp16: ORT computes in fp16 (11 significant bits,
 # step 9.8e-4) where kvx computes in fp32 from the same fp16 weights; ORT's fp16 graphs measure 1.4e-3 to
@@ -44,8 +44,6 @@ HF_RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3}
 # Families kvx does not run: the one line the converter must stop with (a fragment of it), per exporter
 # family of graphs ("torch": torchscript, torchscript-past, dynamo, optimum; "genai": the builder's).
 REFUSED = {
-    "qwen2": "a bias on an attention projection",
-    "qwen3": "a per-head RMSNorm on the query or key",
     # The fused qkv_proj/gate_up_proj are split (normalise.py); HF's Phi-3 RoPE slices with bounds the
     # converter cannot fold yet outside dynamo's graphs (dynamo's phi3 converts: CONVERTED_PAIRS).
     "phi3": "rotate-half slices",

@@ -16,6 +16,8 @@ def expected_tensor_shapes(config):
     for i in range(c["n_layers"]):
         p = f"layers.{i}."
         shapes.update({p + "attn_norm": (dim,), p + "ffn_norm": (dim,)})
+        if c.get("qk_norm"):
+            shapes.update({p + "q_norm": (hd,), p + "k_norm": (hd,)})
         if gpt2:
             shapes.update({p + "attn_norm_bias": (dim,), p + "ffn_norm_bias": (dim,)})
         linears = {"wq": (q_dim, dim), "wk": (kv_dim, dim), "wv": (kv_dim, dim), "wo": (dim, q_dim),

@@ -59,6 +59,12 @@ class DecoderWalk:
         self.tensors[f"layers.{i}.attn_norm"] = float_weight(attn_norm.weight, f"layer {i} attention norm")
         self.tensors[f"layers.{i}.ffn_norm"] = float_weight(ffn_norm.weight, f"layer {i} MLP norm")
         self.tensors.update(_layer_linears(i, attention, mlp))
+        for name, bias in attention.biases.items():
+            self.tensors[f"layers.{i}.{name}_bias"] = float_weight(bias, f"layer {i} {name} bias")
+        if attention.q_norm is not None:
+            self.norm_eps.update((attention.q_norm.eps, attention.k_norm.eps))
+            self.tensors[f"layers.{i}.q_norm"] = float_weight(attention.q_norm.weight, f"layer {i} query norm")
+            self.tensors[f"layers.{i}.k_norm"] = float_weight(attention.k_norm.weight, f"layer {i} key norm")
         self.layers.append(attention)
 
     def model(self, max_positions=None):
@@ -75,6 +81,8 @@ class DecoderWalk:
         for i, layer in enumerate(layers):
             if head_layout(layer) != head_layout(first) or not np.array_equal(layer.inv_freq, first.inv_freq):
                 raise ConvertError(f"cannot map graph: layer {i} differs from layer 0 in heads, head_dim or RoPE")
+            if (layer.q_norm is None) != (first.q_norm is None):
+                raise ConvertError(f"cannot map graph: layer {i} differs from layer 0 in having a q/k norm")
         tensors["rope_inv_freq"] = float_weight(first.inv_freq, "inv_freq")
 
         tied = add_classifier(tensors, self.classifier, self.embedding)
@@ -90,6 +98,8 @@ class DecoderWalk:
             "rope_style": "half",  # the only pairing the RoPE patterns accept (or permute into)
             "tied_embeddings": tied,
         }
+        if first.q_norm is not None:
+            hyper["qk_norm"] = True
         check_shapes("llama", hyper, tensors)
         return MappedModel(architecture="llama", hyperparameters=hyper, tensors=tensors, max_positions=max_positions)
 

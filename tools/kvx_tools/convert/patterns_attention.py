@@ -2,6 +2,8 @@
 
 The three projections reading the normed activations are told apart by where their outputs go, never
 by name:
+  (each projection may add a bias (Qwen2), and query and key may go through a per-head RMSNorm between the
+  head split and the transpose (Qwen3's q/k norm))
   query: split into heads -> RoPE -> (scale) -> MatMul with K^T
   key:   split into heads -> RoPE -> Concat(past key input, .) = a graph output (present key)
   value: split into heads ->         Concat(past value input, .) = a graph output (present value)
@@ -10,7 +12,7 @@ MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Ad
 (patterns_fused_qkv.py) shares the core and the head splitting.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -18,7 +20,9 @@ from onnx import NodeProto
 
 from .convert_errors import ConvertError, cannot_map
 from .graph_index import node_attr
-from .patterns_linear import linear_consumers, linear_weight, residual_add, sole_linear_consumer
+from .patterns_linear import BiasedLinear, biased_linear, linear_consumers, linear_weight, residual_add, \
+    sole_linear_consumer
+from .patterns_norm import RmsNorm, match_rms_norm
 from .patterns_rope import Rope, match_rope
 
 # What GQA's repeat_kv (Unsqueeze -> Expand -> Reshape) and the K transpose are built from.
@@ -36,11 +40,16 @@ class Attention:
     head_dim: int
     inv_freq: np.ndarray  # [head_dim / 2] fp32
     output: str  # the residual stream after the block
+    biases: dict = field(default_factory=dict)  # "wq"/"wk"/"wv" -> [out] where the projection has one (Qwen2)
+    q_norm: Optional["RmsNorm"] = None  # per-head RMSNorm of the query / key before RoPE (Qwen3, Gemma 3)
+    k_norm: Optional["RmsNorm"] = None
 
 
 @dataclass
 class _Projection:
     matmul: NodeProto
+    linear: BiasedLinear
+    norm: Optional[RmsNorm]  # the per-head RMSNorm between the head split and RoPE, if any
     n_heads: int
     head_dim: int
     rope: Optional[Rope]  # None for the value projection
@@ -50,8 +59,6 @@ class _Projection:
 def match_attention(ix, normed, residual, after):
     """The attention block reading normed [b, s, dim] and adding into residual."""
     linears = linear_consumers(ix, normed)
-    for matmul in linears:
-        refuse_what_llama_lacks(ix, matmul)
     if len(linears) == 1:
         raise ConvertError(f"node '{linears[0].name}': one projection of width {linear_weight(ix, linears[0]).shape[1]} "
                            "where the attention needs three (a fused query/key/value projection such as Phi-3's "
@@ -70,11 +77,16 @@ def match_attention(ix, normed, residual, after):
     if not np.array_equal(q.rope.inv_freq, k.rope.inv_freq):
         raise cannot_map(k.matmul, "the same RoPE frequencies for Q and K")
 
+    if (q.norm is None) != (k.norm is None) or v.norm is not None:
+        raise cannot_map(q.matmul, "a per-head RMSNorm on both the query and the key, or on neither")
+
     o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul)
+    biases = {name: p.linear.bias for name, p in (("wq", q), ("wk", k), ("wv", v)) if p.linear.bias is not None}
     return Attention(
-        wq=linear_weight(ix, q.matmul), wk=linear_weight(ix, k.matmul), wv=linear_weight(ix, v.matmul),
+        wq=q.linear.weight, wk=k.linear.weight, wv=v.linear.weight,
         wo=linear_weight(ix, o_proj), n_heads=q.n_heads, n_kv_heads=k.n_heads, head_dim=q.head_dim,
-        inv_freq=q.rope.inv_freq, output=residual_add(ix, residual, o_proj.output[0], o_proj))
+        inv_freq=q.rope.inv_freq, output=residual_add(ix, residual, o_proj.output[0], o_proj),
+        biases=biases, q_norm=q.norm, k_norm=k.norm)
 
 
 def match_attention_core(ix, query, key, value, head_dim, blame):
@@ -89,9 +101,11 @@ def match_attention_core(ix, query, key, value, head_dim, blame):
     return _match_merge_heads(ix, pv)
 
 
-def split_heads(ix, tensor, width, after):
+def split_heads(ix, tensor, width, after, norm_out=None):
     """Follows tensor [b, s, width] -> Reshape [b, s, heads, head_dim] -> Transpose [b, heads, s,
-    head_dim]; after: the node that wrote tensor. Returns (heads, head_dim, transposed tensor)."""
+    head_dim]; after: the node that wrote tensor. Returns (heads, head_dim, transposed tensor).
+    norm_out: a list to receive the per-head RMSNorm between Reshape and Transpose (Qwen3's q/k norm), which
+    is then accepted; without it such a norm is not followed."""
     reshape = ix.sole_consumer(tensor, "Reshape", after, "Reshape to [batch, seq, heads, head_dim]")
     dims = ix.fold_dims(reshape.input[1], reshape)
     if len(dims) != 4 or dims[3] is None or dims[3] <= 0 or dims[2] is None:
@@ -101,7 +115,14 @@ def split_heads(ix, tensor, width, after):
     heads = width // head_dim if dims[2] == -1 else dims[2]
     if heads <= 0 or heads * head_dim != width:
         raise cannot_map(reshape, f"heads x head_dim = {width} (the projection's width), found {dims}")
-    transpose = ix.sole_consumer(reshape.output[0], "Transpose", reshape, "Transpose to [b, heads, s, hd]")
+    split, split_node = reshape.output[0], reshape
+    if norm_out is not None and ix.consumers(split, "Pow"):
+        norm = match_rms_norm(ix, split, reshape)
+        if norm.weight.shape != (head_dim,):
+            raise cannot_map(reshape, f"a per-head RMSNorm weight of head_dim {head_dim}, found {list(norm.weight.shape)}")
+        norm_out.append(norm)
+        split, split_node = norm.output, ix.producer(norm.output)
+    transpose = ix.sole_consumer(split, "Transpose", split_node, "Transpose to [b, heads, s, hd]")
     if list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
         raise cannot_map(transpose, "perm [0, 2, 1, 3]")
     return heads, head_dim, transpose.output[0]
@@ -118,7 +139,9 @@ def cache_concat(ix, tensor):
 
 
 def _classify_projection(ix, matmul):
-    heads, head_dim, split = split_heads(ix, matmul.output[0], linear_weight(ix, matmul).shape[1], matmul)
+    linear = biased_linear(ix, matmul)
+    norms = []
+    heads, head_dim, split = split_heads(ix, linear.output, linear.weight.shape[1], linear.node, norms)
     rope = match_rope(ix, split, head_dim)
     end = rope.output if rope else split
     cache = cache_concat(ix, end)
@@ -130,23 +153,7 @@ def _classify_projection(ix, matmul):
         role = "query"
     else:
         role = "key"  # rotated, then transposed into the right of Q K^T (a graph without a cache)
-    return role, _Projection(matmul, heads, head_dim, rope, end)
-
-
-def refuse_what_llama_lacks(ix, matmul):
-    """One line for a projection the llama family has no place for: a bias (Qwen2), or a per-head RMSNorm
-    after the head split (Qwen3's q/k norm)."""
-    out = matmul.output[0]
-    width = linear_weight(ix, matmul).shape[1]
-    for add in ix.consumers(out, "Add"):
-        bias = ix.constant(ix.other_input(add, out))
-        if bias is not None and bias.shape == (width,):
-            raise ConvertError(f"node '{add.name}': a bias on an attention projection; kvx's llama family has none")
-    for reshape in ix.consumers(out, "Reshape"):
-        for node in ix.consumers(reshape.output[0]):
-            if node.op_type in ("Pow", "SimplifiedLayerNormalization", "RMSNormalization"):
-                raise ConvertError(f"node '{node.name}': a per-head RMSNorm on the query or key (q/k norm); "
-                                   "kvx's llama family has none")
+    return role, _Projection(matmul, linear, norms[0] if norms else None, heads, head_dim, rope, end)
 
 
 def _is_left_of_matmul(ix, tensor):
