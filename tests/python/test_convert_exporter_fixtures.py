@@ -44,10 +44,10 @@ HF_RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3}
 # Families kvx does not run: the one line the converter must stop with (a fragment of it), per exporter
 # family of graphs ("torch": torchscript, torchscript-past, dynamo, optimum; "genai": the builder's).
 REFUSED = {
-    # The fused qkv_proj/gate_up_proj are split (normalise.py); HF's Phi-3 RoPE slices with bounds the
-    # converter cannot fold yet outside dynamo's graphs (dynamo's phi3 converts: CONVERTED_PAIRS).
-    "phi3": "rotate-half slices",
-    "phi3-longrope": "rotate-half slices",
+    # Phi-3's torch graphs convert (CONVERTED_PAIRS), the builder's are refused (REFUSED_GENAI); LongRoPE
+    # scales cos/sin by its attention factor.
+    "phi3": "miswired lm_head",
+    "phi3-longrope": "LongRoPE's attention factor",
     "gemma": "the token embedding scaled by",
     "gemma2": "the token embedding scaled by",
     "gemma3": "the token embedding scaled by",
@@ -64,8 +64,9 @@ AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of
               "mistral/genai-fp16": "genai_config.json gives a sliding window of 4"}
 
 
-# Pairs of a family otherwise refused that convert.
-CONVERTED_PAIRS = ("phi3/dynamo",)
+# Pairs of a family otherwise refused that convert: Phi-3 from the torch exporters (the builder's Phi-3 has a
+# miswired lm_head, REFUSED_GENAI).
+CONVERTED_PAIRS = ("phi3/torchscript", "phi3/torchscript-past", "phi3/dynamo", "phi3/optimum")
 
 
 def folders(families):
