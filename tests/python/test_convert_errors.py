@@ -83,11 +83,12 @@ class ConverterRefusals(unittest.TestCase):
         self._refused(self._variant("interleaved", slice_every_other),
                       "cannot map node '/model/layers.0/self_attn/Slice", "rope_style 'half'")
 
-    def test_attention_scale_must_be_inverse_sqrt_head_dim(self):
+    def test_attention_scale_is_one_per_model(self):
+        """Another q.k scale is config.json's attention_scale (Gemma 2/3), but one for the whole model."""
         def unit_scale(model):
             replace_float_constant(model, "/model/layers.3/self_attn/", 1 / np.sqrt(8), 1.0)
-        self._refused(self._variant("unit_scale", unit_scale), "/model/layers.3/self_attn/MatMul",
-                      "1/sqrt(head_dim)")
+        self._refused(self._variant("unit_scale", unit_scale), "layer 3's attention scale 1.0",
+                      "kvx has one per model")
 
     def test_missing_file(self):
         self._refused(self.tmp / "no_such.onnx", "no_such.onnx: no such file")

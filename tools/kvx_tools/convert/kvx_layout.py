@@ -13,9 +13,13 @@ def expected_tensor_shapes(config):
         shapes.update({"pos_embeddings": (c["max_seq_len"], dim), "final_norm_bias": (dim,)})
     else:
         shapes["rope_inv_freq"] = (hd // 2,)
+        if c.get("rope_local_layers"):
+            shapes["rope_inv_freq_local"] = (hd // 2,)
     for i in range(c["n_layers"]):
         p = f"layers.{i}."
         shapes.update({p + "attn_norm": (dim,), p + "ffn_norm": (dim,)})
+        if c.get("norm_placement") == "sandwich":
+            shapes.update({p + "post_attn_norm": (dim,), p + "post_ffn_norm": (dim,)})
         if c.get("qk_norm"):
             shapes.update({p + "q_norm": (hd,), p + "k_norm": (hd,)})
         if gpt2:

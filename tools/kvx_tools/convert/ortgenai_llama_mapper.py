@@ -11,7 +11,7 @@ builders). The context length is the RoPE tables' row count: the op cannot look 
 """
 
 from .convert_errors import ConvertError
-from .llama_mapper import DecoderWalk
+from .llama_mapper import DecoderWalk, embedding_scale
 from .mapped_model import float_weight
 from .patterns_embedding import match_classifier, token_embedding_gather
 from .patterns_linear import linear_consumers
@@ -47,8 +47,8 @@ def _refuse_early_classifier(ix, norm, layer):
 def map_ortgenai_llama(ix):
     gather = token_embedding_gather(ix)
     walk = DecoderWalk(ix, float_weight(ix.constant(gather.input[0]), "the token embedding"))
-    hidden = gather.output[0]
-    norm = match_simplified_norm(ix, hidden, gather)
+    walk.embedding_scale, hidden = embedding_scale(ix, gather)  # Gemma's sqrt(hidden)
+    norm = match_simplified_norm(ix, hidden, ix.producer(hidden))
     max_positions, windows = [], []
     while not walk.at_classifier(norm):
         attention, max_position, window = _attention(ix, norm.output, ix.producer(norm.output))

@@ -43,6 +43,10 @@ class Attention:
     biases: dict = field(default_factory=dict)  # "wq"/"wk"/"wv" -> [out] where the projection has one (Qwen2)
     q_norm: Optional["RmsNorm"] = None  # per-head RMSNorm of the query / key before RoPE (Qwen3, Gemma 3)
     k_norm: Optional["RmsNorm"] = None
+    scale: Optional[float] = None  # the q.k scale where it is not 1/sqrt(head_dim) (Gemma 2/3), else None
+    softcap: Optional[float] = None  # cap * tanh(scores / cap) before the mask (Gemma 2), else None
+    mask: Optional[str] = None  # the tensor added to the scores (the layer's mask), where the graph has one
+    post_norm: Optional["RmsNorm"] = None  # the sandwich norm of the block's output before the residual add
 
 
 @dataclass
@@ -80,21 +84,35 @@ def match_attention(ix, normed, residual, after):
     if (q.norm is None) != (k.norm is None) or v.norm is not None:
         raise cannot_map(q.matmul, "a per-head RMSNorm on both the query and the key, or on neither")
 
-    o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul)
+    found = {}
+    o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul, found)
+    post_norm, output = residual_after(ix, residual, o_proj.output[0], o_proj)
     biases = {name: p.linear.bias for name, p in (("wq", q), ("wk", k), ("wv", v)) if p.linear.bias is not None}
     return Attention(
         wq=q.linear.weight, wk=k.linear.weight, wv=v.linear.weight,
         wo=linear_weight(ix, o_proj), n_heads=q.n_heads, n_kv_heads=k.n_heads, head_dim=q.head_dim,
-        inv_freq=q.rope.inv_freq, output=residual_add(ix, residual, o_proj.output[0], o_proj),
-        biases=biases, q_norm=q.norm, k_norm=k.norm)
+        inv_freq=q.rope.inv_freq, output=output, biases=biases, q_norm=q.norm, k_norm=k.norm,
+        scale=found.get("scale"), softcap=found.get("softcap"), mask=found.get("mask"), post_norm=post_norm)
 
 
-def match_attention_core(ix, query, key, value, head_dim, blame):
+def residual_after(ix, residual, branch, branch_node):
+    """(post-norm or None, the residual stream after the block): the block's output added to residual, or
+    first through an RMSNorm (Gemma 2/3's sandwich norms)."""
+    if any(ix.other_input(add, branch) == residual for add in ix.consumers(branch, "Add")):
+        return None, residual_add(ix, residual, branch, branch_node)
+    if any(n.input[0] == branch and ix.scalar(n.input[1]) == 2.0 for n in ix.consumers(branch, "Pow")):
+        norm = match_rms_norm(ix, branch, branch_node)
+        return norm, residual_add(ix, residual, norm.output, ix.producer(norm.output))
+    return None, residual_add(ix, residual, branch, branch_node)
+
+
+def match_attention_core(ix, query, key, value, head_dim, blame, found=None):
     """What follows the projections: Softmax(query K^T / sqrt(head_dim) + mask) V, heads merged, into
     the output projection. query, key, value: [b, heads, s or t, head_dim] tensors, key and value the
     cached ones where the graph has a cache; blame: the node to name when there is no Q K^T. Returns the
-    output projection's MatMul."""
-    probs = _unguarded(ix, _match_scores(ix, query, key, head_dim, blame))
+    output projection's MatMul. found: a dict that receives "scale" (where it is not 1/sqrt(head_dim)),
+    "softcap" and "mask" (the tensor added to the scores); without it only the plain scale is accepted."""
+    probs = _unguarded(ix, _match_scores(ix, query, key, head_dim, blame, found))
     pv = _sole_matmul_reading(ix, probs, ix.producer(probs), "Softmax(scores) @ V")
     if ix.trace_back(pv.input[1], REPEAT_KV_OPS) != value:
         raise cannot_map(pv, f"probabilities times the cached values '{value}'")
@@ -125,7 +143,15 @@ def split_heads(ix, tensor, width, after, norm_out=None):
     transpose = ix.sole_consumer(split, "Transpose", split_node, "Transpose to [b, heads, s, hd]")
     if list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
         raise cannot_map(transpose, "perm [0, 2, 1, 3]")
-    return heads, head_dim, transpose.output[0]
+    out = transpose.output[0]
+    if norm_out is not None and not norm_out and any(
+            n.input[0] == out and ix.scalar(n.input[1]) == 2.0 for n in ix.consumers(out, "Pow")):
+        norm = match_rms_norm(ix, out, transpose)  # Gemma 3 normalises after the transpose
+        if norm.weight.shape != (head_dim,):
+            raise cannot_map(transpose, f"a per-head RMSNorm weight of head_dim {head_dim}, found {list(norm.weight.shape)}")
+        norm_out.append(norm)
+        out = norm.output
+    return heads, head_dim, out
 
 
 def cache_concat(ix, tensor):
@@ -194,7 +220,7 @@ def _sole_matmul_reading(ix, tensor, after, expected):
     return matmuls[0]
 
 
-def _match_scores(ix, query, key_end, head_dim, blame):
+def _match_scores(ix, query, key_end, head_dim, blame, found=None):
     """Checks Q K^T, its scaling and the Softmax; returns the attention probabilities tensor.
 
     The scale may sit after the MatMul (HF eager) or be split over Q and K (torch's export of
@@ -219,6 +245,7 @@ def _match_scores(ix, query, key_end, head_dim, blame):
         raise cannot_map(scores, f"the query times the transposed cached keys '{key_end}'")
 
     tensor = scores.output[0]
+    last_factor, softcap, mask = None, None, None
     while True:
         consumers = ix.consumers(tensor)
         node = consumers[0] if len(consumers) == 1 else None
@@ -227,17 +254,33 @@ def _match_scores(ix, query, key_end, head_dim, blame):
         if node.op_type == "Softmax":
             break
         factor = _scale_of(ix, node, tensor)
-        if factor is not None:
+        if node.op_type == "Tanh" and softcap is None and found is not None:
+            # cap * tanh(scores / cap): Gemma 2's attention logit soft-cap, after the scale
+            outer = ix.consumers(node.output[0])
+            cap = _scale_of(ix, outer[0], node.output[0]) if len(outer) == 1 else None
+            if last_factor is None or cap is None or not np.isclose(cap * last_factor, 1.0, rtol=1e-6):
+                raise cannot_map(node, "a soft-cap cap * Tanh(scores / cap) with one constant cap")
+            softcap, scale, node = cap, scale / last_factor, outer[0]
+        elif factor is not None:
+            if softcap is not None:
+                raise cannot_map(node, "no scaling after the soft-cap")
             scale *= factor
+            last_factor = factor
         elif node.op_type == "Where" and _masked_branch(ix, node, tensor):
             pass  # where(mask, scores, -big): the causal mask as GPT-2 writes it; kvx builds its own
         elif node.op_type != "Add":  # the attention mask; kvx builds its own causal mask
             raise cannot_map(node, "scaling, the mask Add and Softmax after Q K^T")
+        else:
+            mask = ix.other_input(node, tensor)
         tensor = node.output[0]
     if node_attr(node, "axis", -1) not in (-1, 3):
         raise cannot_map(node, "Softmax over the key axis")
     expected = 1.0 / np.sqrt(head_dim)
-    if not np.isclose(scale, expected, rtol=1e-5):
+    if found is not None:
+        found.update({"softcap": softcap, "mask": mask})
+        if not np.isclose(scale, expected, rtol=1e-5):
+            found["scale"] = float(scale)
+    elif not np.isclose(scale, expected, rtol=1e-5):
         raise ConvertError(f"cannot map node '{scores.name}' (op MatMul): expected attention scores "
                            f"scaled by 1/sqrt(head_dim) = {expected:.6g}, found {scale:.6g}")
     return node.output[0]
