@@ -59,7 +59,7 @@ DYNAMO_GELU = {"gpt-neox": "parallel residual"}
 # Gemma 2's fp32 GroupQueryAttention carries the soft-cap and its fp16 graph casts the scaled embedding to fp32
 # before MultiHeadAttention without soft-cap or window (known_disagreements.json): neither is mapped yet.
 REFUSED_GENAI = {"phi3": "miswired lm_head", "phi3-longrope": "'If'",
-                 "gemma2/genai-fp32": "softcap=2", "gemma2/genai-fp16": "'/model/embed_tokens/Cast'"}
+                 "gemma2/genai-fp32": "soft-capped attention", "gemma2/genai-fp16": "cast to another precision"}
 # The builder writes Mistral's window into genai_config.json but not into the graph; kvx takes the window
 # (sliding_window.py, with a warning), so it computes what HF does, not what ORT does on that graph.
 AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of 4",

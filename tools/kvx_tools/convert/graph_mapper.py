@@ -27,6 +27,11 @@ def map_graph(ix):
         return map_llama(ix)
     if ix.consumers(hidden, "SimplifiedLayerNormalization"):
         return map_ortgenai_llama(ix)
+    casts = ix.consumers(hidden, "Cast")
+    if len(casts) == 1 and ix.consumers(casts[0].output[0], "SimplifiedLayerNormalization"):
+        raise ConvertError(f"node '{casts[0].name}': the residual stream cast to another precision before the first "
+                           "norm (the builder's mixed-precision fp16 graph, as it writes Gemma 2); kvx convert does "
+                           "not map it")
     if len(ix.consumers(hidden, "LayerNormalization")) == 2:
         raise ConvertError(f"the token embedding '{hidden}' feeds two LayerNormalizations (GPT-NeoX's parallel "
                            "residual: attention and MLP read the same stream); kvx convert does not map the gpt-neox "

@@ -83,6 +83,9 @@ def _check_attributes(gqa, head_dim):
             raise cannot_map(gqa, f"an unquantized KV cache (found {name} {value})")
     for name, default in GQA_UNSUPPORTED_ATTRIBUTES.items():
         value = node_attr(gqa, name, default)
+        if value != default and name == "softcap":
+            raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) has softcap={value}; kvx convert does not "
+                               "map the builder's soft-capped attention (Gemma 2) yet")
         if value != default:
             raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) has {name}={value}; kvx's attention "
                                f"has no such option (expected {default})")
