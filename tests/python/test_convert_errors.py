@@ -56,14 +56,14 @@ class ConverterRefusals(unittest.TestCase):
         return line
 
     def test_unsupported_standard_op(self):
-        def insert_erf(model):
+        def insert_softplus(model):  # Erf is read now (GPT-NeoX's GELU); Softplus is in no kvx family
             sigmoid = node_named(model, "/model/layers.1/mlp/act_fn/Sigmoid")
-            erf = helper.make_node("Erf", [sigmoid.input[0]], ["erf_out"],
-                                   name="/model/layers.1/mlp/act_fn/Erf")
-            sigmoid.input[0] = "erf_out"
-            model.graph.node.insert(list(model.graph.node).index(sigmoid), erf)
-        self._refused(self._variant("erf", insert_erf),
-                      "unsupported operator 'Erf' at node '/model/layers.1/mlp/act_fn/Erf' (op type Erf)")
+            softplus = helper.make_node("Softplus", [sigmoid.input[0]], ["softplus_out"],
+                                        name="/model/layers.1/mlp/act_fn/Softplus")
+            sigmoid.input[0] = "softplus_out"
+            model.graph.node.insert(list(model.graph.node).index(sigmoid), softplus)
+        self._refused(self._variant("softplus", insert_softplus),
+                      "unsupported operator 'Softplus' at node '/model/layers.1/mlp/act_fn/Softplus' (op type Softplus)")
 
     def test_unsupported_contrib_op(self):
         def fuse_silu(model):

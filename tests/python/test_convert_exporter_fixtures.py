@@ -32,7 +32,7 @@ import exporter_feeds
 
 FIXTURES = REPO / "testdata" / "exporters"
 KVX = os.environ.get("KVX_BIN")
-CONVERTED = ("llama3-untied", "llama-tied", "mistral", "qwen2", "qwen3", "gemma", "gemma3", "gpt2")
+CONVERTED = ("llama3-untied", "llama-tied", "mistral", "qwen2", "qwen3", "gemma", "gemma3", "gpt2", "gpt-neox")
 EXPORTERS = ("torchscript", "torchscript-past", "dynamo", "optimum", "genai-fp32", "genai-fp16")
 # Relative to max|ORT logit|. fp32: summation order only. fp16: ORT computes in fp16 (11 significant bits,
 # step 9.8e-4) where kvx computes in fp32 from the same fp16 weights; ORT's fp16 graphs measure 1.4e-3 to
@@ -50,10 +50,7 @@ REFUSED = {
     "phi3-longrope": "LongRoPE's attention factor",
     # Gemma 2 converts from the torch exporters (CONVERTED_PAIRS), not from the builder (REFUSED_GENAI).
     "gemma2": None,
-    "gpt-neox": "'Erf'",
 }
-# dynamo spells GPT-NeoX's GELU as ONNX Gelu, which passes; its parallel residual is named then.
-DYNAMO_GELU = {"gpt-neox": "parallel residual"}
 # The builder's graphs where the line differs from the torch exporters': Phi-3's lm_head reads layer 0's MLP
 # norm (testdata/exporters/README.md), LongRoPE picks its tables with an If, Gemma's MLP is ONNX Gelu.
 # Gemma 2's fp32 GroupQueryAttention carries the soft-cap and its fp16 graph casts the scaled embedding to fp32
@@ -172,8 +169,6 @@ class ConvertExporterFixtures(unittest.TestCase):
                 family, exporter = key.split("/")
                 if exporter.startswith("genai") and (family in REFUSED_GENAI or key in REFUSED_GENAI):
                     expected = REFUSED_GENAI.get(key) or REFUSED_GENAI[family]
-                elif exporter == "dynamo" and family in DYNAMO_GELU:
-                    expected = DYNAMO_GELU[family]
                 else:
                     expected = REFUSED[family]
                 result = convert(folder / "model.onnx", self.tmp / key.replace("/", "-"), "--max-seq-len",

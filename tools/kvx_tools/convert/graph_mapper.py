@@ -9,6 +9,7 @@ Anything else stops the conversion at the embedding, naming what it feeds."""
 
 from .convert_errors import ConvertError, cannot_map, node_label
 from .gpt2_mapper import map_gpt2, position_embedding_add
+from .gptneox_mapper import map_gpt_neox, parallel_norms
 from .llama_mapper import embedding_scale, map_llama
 from .ortgenai_llama_mapper import map_ortgenai_llama
 from .patterns_embedding import token_embedding_gather
@@ -32,10 +33,8 @@ def map_graph(ix):
         raise ConvertError(f"node '{casts[0].name}': the residual stream cast to another precision before the first "
                            "norm (the builder's mixed-precision fp16 graph, as it writes Gemma 2); kvx convert does "
                            "not map it")
-    if len(ix.consumers(hidden, "LayerNormalization")) == 2:
-        raise ConvertError(f"the token embedding '{hidden}' feeds two LayerNormalizations (GPT-NeoX's parallel "
-                           "residual: attention and MLP read the same stream); kvx convert does not map the gpt-neox "
-                           "family yet")
+    if parallel_norms(ix, hidden) is not None:
+        return map_gpt_neox(ix)
     consumers = ", ".join(f"'{node_label(n)}' ({n.op_type})" for n in ix.consumers(hidden)) or "nothing"
     raise cannot_map(token_gather, "the token embedding going into an RMSNorm (llama) or added to a position "
                                    f"embedding (gpt2); it feeds {consumers}")
