@@ -48,15 +48,14 @@ REFUSED = {
     # scales cos/sin by its attention factor.
     "phi3": "miswired lm_head",
     "phi3-longrope": "LongRoPE's attention factor",
-    # Gemma 2 converts from the torch exporters (CONVERTED_PAIRS), not from the builder (REFUSED_GENAI).
+    # Gemma 2 converts but for the builder's fp16 graph (CONVERTED_PAIRS, REFUSED_GENAI).
     "gemma2": None,
 }
 # The builder's graphs where the line differs from the torch exporters': Phi-3's lm_head reads layer 0's MLP
 # norm (testdata/exporters/README.md), LongRoPE picks its tables with an If, Gemma's MLP is ONNX Gelu.
-# Gemma 2's fp32 GroupQueryAttention carries the soft-cap and its fp16 graph casts the scaled embedding to fp32
-# before MultiHeadAttention without soft-cap or window (known_disagreements.json): neither is mapped yet.
-REFUSED_GENAI = {"phi3": "miswired lm_head", "phi3-longrope": "'If'",
-                 "gemma2/genai-fp32": "soft-capped attention", "gemma2/genai-fp16": "cast to another precision"}
+# Gemma 2's fp16 graph casts the scaled embedding to fp32 before MultiHeadAttention without soft-cap or window
+# (known_disagreements.json): not mapped.
+REFUSED_GENAI = {"phi3": "miswired lm_head", "phi3-longrope": "'If'", "gemma2": "cast to another precision"}
 # The builder writes Mistral's window into genai_config.json but not into the graph; kvx takes the window
 # (sliding_window.py, with a warning), so it computes what HF does, not what ORT does on that graph.
 AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of 4",
@@ -66,7 +65,8 @@ AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of
 # Pairs of a family otherwise refused that convert: Phi-3 from the torch exporters (the builder's Phi-3 has a
 # miswired lm_head, REFUSED_GENAI).
 CONVERTED_PAIRS = ("phi3/torchscript", "phi3/torchscript-past", "phi3/dynamo", "phi3/optimum",
-                   "gemma2/torchscript", "gemma2/torchscript-past", "gemma2/dynamo", "gemma2/optimum")
+                   "gemma2/torchscript", "gemma2/torchscript-past", "gemma2/dynamo", "gemma2/optimum",
+                   "gemma2/genai-fp32")
 
 
 def folders(families):

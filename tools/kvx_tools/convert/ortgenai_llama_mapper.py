@@ -44,6 +44,15 @@ def _refuse_early_classifier(ix, norm, layer):
                            "last norm")
 
 
+def _post_norm(ix, branch):
+    """(RmsNorm, its output) where a block's output goes through a SimplifiedLayerNormalization before the
+    residual add (Gemma 2's sandwich norms), else (None, branch)."""
+    if ix.consumers(branch, "SimplifiedLayerNormalization"):
+        norm = match_simplified_norm(ix, branch, ix.producer(branch))
+        return norm, norm.output
+    return None, branch
+
+
 def map_ortgenai_llama(ix):
     gather = token_embedding_gather(ix)
     walk = DecoderWalk(ix, float_weight(ix.constant(gather.input[0]), "the token embedding"))
@@ -52,11 +61,13 @@ def map_ortgenai_llama(ix):
     max_positions, windows = [], []
     while not walk.at_classifier(norm):
         attention, max_position, window = _attention(ix, norm.output, ix.producer(norm.output))
-        ffn_norm, hidden = match_skip_norm(ix, hidden, attention.output, ix.producer(attention.output))
+        attention.post_norm, branch = _post_norm(ix, attention.output)
+        ffn_norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         _refuse_early_classifier(ix, ffn_norm, len(walk.layers))
         mlp = match_swiglu(ix, ffn_norm.output, None, ix.producer(ffn_norm.output))
+        mlp.post_norm, branch = _post_norm(ix, mlp.output)
         walk.add_layer(norm, attention, ffn_norm, mlp)
-        norm, hidden = match_skip_norm(ix, hidden, mlp.output, ix.producer(mlp.output))
+        norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         max_positions.append(max_position)
         windows.append(window)
     model = walk.model(min(max_positions, default=None))

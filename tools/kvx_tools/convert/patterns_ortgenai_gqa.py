@@ -13,7 +13,8 @@ the op (do_rotary=1) with precomputed cos/sin tables, fitted back to inverse fre
 kvx computes positions itself, so seqlens_k and total_sequence_length (the builder's attention-mask
 arithmetic) are not read. local_window_size W >= 0 is a window of W keys (the query's own included), as
 kvx's sliding_window counts it: tests/python/test_convert_exporter_fixtures.py checks that against ONNX
-Runtime on a graph given a window. What kvx lacks is refused: another attention scale, softcap,
+Runtime on a graph given a window. Another scale and softcap are config.json's attention_scale and
+attn_logit_softcap (Gemma 2). What kvx lacks is refused:
 interleaved rotary pairs, RoPE on part of the head, bidirectional attention, smooth softmax, quantized
 caches, and the optional inputs after sin_cache (position ids, attention bias, head sinks, cache scales,
 q/k norm weights, padded query lengths).
@@ -39,7 +40,7 @@ GQA_OP = (MS_DOMAIN, "GroupQueryAttention")
 GQA_UNSUPPORTED_INPUTS = ("position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight",
                           "k_norm_weight", "query_seqlens")
 # Attributes whose non-default value changes the result in a way kvx does not compute: name -> default.
-GQA_UNSUPPORTED_ATTRIBUTES = {"softcap": 0.0, "rotary_interleaved": 0, "causal": 1, "smooth_softmax": 0,
+GQA_UNSUPPORTED_ATTRIBUTES = {"rotary_interleaved": 0, "causal": 1, "smooth_softmax": 0,
                               "qk_output": 0}
 
 
@@ -83,18 +84,17 @@ def _check_attributes(gqa, head_dim):
             raise cannot_map(gqa, f"an unquantized KV cache (found {name} {value})")
     for name, default in GQA_UNSUPPORTED_ATTRIBUTES.items():
         value = node_attr(gqa, name, default)
-        if value != default and name == "softcap":
-            raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) has softcap={value}; kvx convert does not "
-                               "map the builder's soft-capped attention (Gemma 2) yet")
         if value != default:
             raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) has {name}={value}; kvx's attention "
                                f"has no such option (expected {default})")
     if not node_attr(gqa, "do_rotary", 0):
         raise cannot_map(gqa, "do_rotary=1 (RoPE inside the op; kvx's llama family rotates Q and K)")
+    softcap = node_attr(gqa, "softcap", 0.0)
+    if softcap < 0:
+        raise cannot_map(gqa, f"a non-negative softcap, found {softcap}")
     scale = node_attr(gqa, "scale", 0.0) or 1.0 / np.sqrt(head_dim)  # 0 or absent: 1/sqrt(head_dim)
-    if not np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5):
-        raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) scales attention scores by {scale:.6g}; "
-                           f"kvx scales by 1/sqrt(head_dim) = {1.0 / np.sqrt(head_dim):.6g} and has no other scale")
+    # (the q.k scale where it is not 1/sqrt(head_dim): config.json's attention_scale; the soft-cap or None)
+    return (None if np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5) else float(scale)), (float(softcap) or None)
 
 
 def _check_inputs(ix, gqa):
@@ -173,7 +173,7 @@ def match_gqa_attention(ix, normed, gqa):
         raise cannot_map(gqa, f"num_heads a positive multiple of kv_num_heads (found {n_heads}, {n_kv_heads})")
     wq, wk, wv, head_dim, biases, q_norm, k_norm = _projection_weights(ix, normed, gqa, n_heads, n_kv_heads)
     _check_inputs(ix, gqa)
-    _check_attributes(gqa, head_dim)
+    scale, softcap = _check_attributes(gqa, head_dim)
     inv_freq, max_position = _rotary(ix, gqa, head_dim)
     o_proj = sole_linear_consumer(ix, gqa.output[0], gqa, "o_proj")
     window = node_attr(gqa, "local_window_size", -1)
@@ -181,5 +181,6 @@ def match_gqa_attention(ix, normed, gqa):
         raise cannot_map(gqa, f"local_window_size -1 (none) or a positive window, found {window}")
     attention = Attention(wq=np.ascontiguousarray(wq), wk=np.ascontiguousarray(wk), wv=np.ascontiguousarray(wv),
                           wo=linear_weight(ix, o_proj), n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
-                          inv_freq=inv_freq, output=o_proj.output[0], biases=biases, q_norm=q_norm, k_norm=k_norm)
+                          inv_freq=inv_freq, output=o_proj.output[0], biases=biases, q_norm=q_norm, k_norm=k_norm,
+                          scale=scale, softcap=softcap)
     return GqaAttention(attention, max_position, None if window == -1 else int(window), gqa)
