@@ -56,14 +56,14 @@ class ConverterRefusals(unittest.TestCase):
         return line
 
     def test_unsupported_standard_op(self):
-        def insert_erf(model):
+        def insert_softplus(model):  # Erf is read now (GPT-NeoX's GELU); Softplus is in no kvx family
             sigmoid = node_named(model, "/model/layers.1/mlp/act_fn/Sigmoid")
-            erf = helper.make_node("Erf", [sigmoid.input[0]], ["erf_out"],
-                                   name="/model/layers.1/mlp/act_fn/Erf")
-            sigmoid.input[0] = "erf_out"
-            model.graph.node.insert(list(model.graph.node).index(sigmoid), erf)
-        self._refused(self._variant("erf", insert_erf),
-                      "unsupported operator 'Erf' at node '/model/layers.1/mlp/act_fn/Erf' (op type Erf)")
+            softplus = helper.make_node("Softplus", [sigmoid.input[0]], ["softplus_out"],
+                                        name="/model/layers.1/mlp/act_fn/Softplus")
+            sigmoid.input[0] = "softplus_out"
+            model.graph.node.insert(list(model.graph.node).index(sigmoid), softplus)
+        self._refused(self._variant("softplus", insert_softplus),
+                      "unsupported operator 'Softplus' at node '/model/layers.1/mlp/act_fn/Softplus' (op type Softplus)")
 
     def test_unsupported_contrib_op(self):
         def fuse_silu(model):
@@ -83,11 +83,12 @@ class ConverterRefusals(unittest.TestCase):
         self._refused(self._variant("interleaved", slice_every_other),
                       "cannot map node '/model/layers.0/self_attn/Slice", "rope_style 'half'")
 
-    def test_attention_scale_must_be_inverse_sqrt_head_dim(self):
+    def test_attention_scale_is_one_per_model(self):
+        """Another q.k scale is config.json's attention_scale (Gemma 2/3), but one for the whole model."""
         def unit_scale(model):
             replace_float_constant(model, "/model/layers.3/self_attn/", 1 / np.sqrt(8), 1.0)
-        self._refused(self._variant("unit_scale", unit_scale), "/model/layers.3/self_attn/MatMul",
-                      "1/sqrt(head_dim)")
+        self._refused(self._variant("unit_scale", unit_scale), "layer 3's attention scale 1.0",
+                      "kvx has one per model")
 
     def test_missing_file(self):
         self._refused(self.tmp / "no_such.onnx", "no_such.onnx: no such file")

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""What the GroupQueryAttention mapper (patterns_ortgenai_gqa.py) refuses, on variants of the builder's
+"""What the GroupQueryAttention mapper (patterns_ortgenai_gqa.py) reads into config.json and what it refuses, on variants of the builder's
 llama-tied graph (testdata/exporters/llama-tied/genai-fp32) with one attribute or input changed: each must
 stop the converter with one line naming the node and what kvx lacks. The unchanged graph converting and
 matching ONNX Runtime is test_convert_exporter_fixtures.py's part."""
 
+import json
 import shutil
 import tempfile
 import unittest
@@ -28,7 +29,19 @@ class BuilderGqaRefusals(unittest.TestCase):
     def tearDownClass(cls):
         cls._tmp.cleanup()
 
+    def converted(self, name, edit):
+        """config.json of the variant, which must convert."""
+        folder = self.variant(name, edit)
+        result = convert(folder / "model.onnx", folder / "out")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads((folder / "out" / "config.json").read_text())
+
     def refused(self, name, edit, *fragments):
+        folder = self.variant(name, edit)
+        result = convert(folder / "model.onnx", folder / "out")
+        assert_one_line_failure(self, result, "GroupQueryAttention", *fragments)
+
+    def variant(self, name, edit):
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
         for node in model.graph.node:
@@ -38,8 +51,7 @@ class BuilderGqaRefusals(unittest.TestCase):
         folder.mkdir()
         onnx.save(model, folder / "model.onnx")
         shutil.copy(SOURCE / "genai_config.json", folder)
-        result = convert(folder / "model.onnx", folder / "out")
-        assert_one_line_failure(self, result, "GroupQueryAttention", *fragments)
+        return folder
 
     @staticmethod
     def set_attribute(name, value):
@@ -50,11 +62,14 @@ class BuilderGqaRefusals(unittest.TestCase):
             node.attribute.append(helper.make_attribute(name, value))
         return edit
 
-    def test_scale_other_than_inverse_sqrt_head_dim(self):
-        self.refused("scale", self.set_attribute("scale", 0.125), "scales attention scores by 0.125", "0.25")
+    def test_scale_other_than_inverse_sqrt_head_dim_is_attention_scale(self):
+        config = self.converted("scale", self.set_attribute("scale", 0.125))
+        self.assertEqual(config["attention_scale"], 0.125)
 
-    def test_softcap(self):
-        self.refused("softcap", self.set_attribute("softcap", 30.0), "softcap=30")
+    def test_softcap_is_attn_logit_softcap(self):
+        config = self.converted("softcap", self.set_attribute("softcap", 30.0))
+        self.assertEqual(config["attn_logit_softcap"], 30.0)
+        self.assertNotIn("attention_scale", config)  # 0.25 = 1/sqrt(16), kvx's default
 
     def test_interleaved_rotary(self):
         self.refused("interleaved", self.set_attribute("rotary_interleaved", 1), "rotary_interleaved=1")

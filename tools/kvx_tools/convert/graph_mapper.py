@@ -9,7 +9,8 @@ Anything else stops the conversion at the embedding, naming what it feeds."""
 
 from .convert_errors import ConvertError, cannot_map, node_label
 from .gpt2_mapper import map_gpt2, position_embedding_add
-from .llama_mapper import map_llama
+from .gptneox_mapper import map_gpt_neox, parallel_norms
+from .llama_mapper import embedding_scale, map_llama
 from .ortgenai_llama_mapper import map_ortgenai_llama
 from .patterns_embedding import token_embedding_gather
 from .patterns_ortgenai_gpt2 import fused_embed_layer_norm, map_ortgenai_gpt2
@@ -22,15 +23,18 @@ def map_graph(ix):
     token_gather = token_embedding_gather(ix)
     if position_embedding_add(ix, token_gather) is not None:
         return map_gpt2(ix)
-    hidden = token_gather.output[0]
+    hidden = embedding_scale(ix, token_gather)[1]
     if any(ix.scalar(n.input[1]) == 2.0 for n in ix.consumers(hidden, "Pow") if n.input[0] == hidden):
         return map_llama(ix)
     if ix.consumers(hidden, "SimplifiedLayerNormalization"):
         return map_ortgenai_llama(ix)
-    for mul in ix.consumers(hidden, "Mul"):
-        if ix.scalar(ix.other_input(mul, hidden)) is not None:
-            raise ConvertError(f"node '{mul.name}': the token embedding scaled by {ix.scalar(ix.other_input(mul, hidden)):.6g} "
-                               "(Gemma's sqrt(hidden)); kvx's llama family has no embedding scale")
+    casts = ix.consumers(hidden, "Cast")
+    if len(casts) == 1 and ix.consumers(casts[0].output[0], "SimplifiedLayerNormalization"):
+        raise ConvertError(f"node '{casts[0].name}': the residual stream cast to another precision before the first "
+                           "norm (the builder's mixed-precision fp16 graph, as it writes Gemma 2); kvx convert does "
+                           "not map it")
+    if parallel_norms(ix, hidden) is not None:
+        return map_gpt_neox(ix)
     consumers = ", ".join(f"'{node_label(n)}' ({n.op_type})" for n in ix.consumers(hidden)) or "nothing"
     raise cannot_map(token_gather, "the token embedding going into an RMSNorm (llama) or added to a position "
                                    f"embedding (gpt2); it feeds {consumers}")

@@ -29,6 +29,12 @@ CONFIG_WIDTH_LIMIT = 1 << 18  # n_heads x head_dim
 SLIDING_WINDOW_LIMIT = 1 << 30
 
 
+# config.json's layer options (docs/model-format.md, Layer options) a mapper may set in its hyperparameters.
+LAYER_OPTIONS = ("mlp", "norm_weight_offset", "qk_norm", "norm_placement", "residual", "rotary_dim",
+                 "rope_local_layers", "embedding_scale", "attention_scale", "attn_logit_softcap",
+                 "final_logit_softcap")
+
+
 def _json_float32(value):
     """The shortest decimal that reads back as the same float32 (1e-05, not 9.999999747378752e-06)."""
     return float(str(np.float32(value)))
@@ -54,6 +60,7 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, we
         "norm_eps": _json_float32(h["norm_eps"]),
         "rope_style": h.get("rope_style"),  # null for gpt2: learned positions, no RoPE
         "tied_embeddings": bool(h["tied_embeddings"]),
+        **{key: h[key] for key in LAYER_OPTIONS if h.get(key) is not None},
         **({"sliding_window": sliding_window} if sliding_window else {}),
         "bos_token_id": int(bundle.bos_token_id),
         "eos_token_ids": [int(t) for t in bundle.eos_token_ids],

@@ -17,6 +17,7 @@ SUPPORTED_DEFAULT_OPS = frozenset({
     # computation that maps onto kvx weights and kernels
     "Gather", "MatMul", "Pow", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Div", "Mul", "Neg",
     "Cos", "Sin", "Softmax", "Sigmoid", "LayerNormalization", "Tanh",
+    "Gelu", "Erf",  # Gelu: opset 20; the MLP patterns read approximate='tanh' (Gemma) and 'none' (GPT-NeoX)
     # tensor plumbing
     "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Expand", "Identity", "Cast",
     # shape and mask arithmetic

@@ -11,7 +11,7 @@ builders). The context length is the RoPE tables' row count: the op cannot look 
 """
 
 from .convert_errors import ConvertError
-from .llama_mapper import DecoderWalk
+from .llama_mapper import DecoderWalk, embedding_scale
 from .mapped_model import float_weight
 from .patterns_embedding import match_classifier, token_embedding_gather
 from .patterns_linear import linear_consumers
@@ -44,19 +44,30 @@ def _refuse_early_classifier(ix, norm, layer):
                            "last norm")
 
 
+def _post_norm(ix, branch):
+    """(RmsNorm, its output) where a block's output goes through a SimplifiedLayerNormalization before the
+    residual add (Gemma 2's sandwich norms), else (None, branch)."""
+    if ix.consumers(branch, "SimplifiedLayerNormalization"):
+        norm = match_simplified_norm(ix, branch, ix.producer(branch))
+        return norm, norm.output
+    return None, branch
+
+
 def map_ortgenai_llama(ix):
     gather = token_embedding_gather(ix)
     walk = DecoderWalk(ix, float_weight(ix.constant(gather.input[0]), "the token embedding"))
-    hidden = gather.output[0]
-    norm = match_simplified_norm(ix, hidden, gather)
+    walk.embedding_scale, hidden = embedding_scale(ix, gather)  # Gemma's sqrt(hidden)
+    norm = match_simplified_norm(ix, hidden, ix.producer(hidden))
     max_positions, windows = [], []
     while not walk.at_classifier(norm):
         attention, max_position, window = _attention(ix, norm.output, ix.producer(norm.output))
-        ffn_norm, hidden = match_skip_norm(ix, hidden, attention.output, ix.producer(attention.output))
+        attention.post_norm, branch = _post_norm(ix, attention.output)
+        ffn_norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         _refuse_early_classifier(ix, ffn_norm, len(walk.layers))
         mlp = match_swiglu(ix, ffn_norm.output, None, ix.producer(ffn_norm.output))
+        mlp.post_norm, branch = _post_norm(ix, mlp.output)
         walk.add_layer(norm, attention, ffn_norm, mlp)
-        norm, hidden = match_skip_norm(ix, hidden, mlp.output, ix.producer(mlp.output))
+        norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         max_positions.append(max_position)
         windows.append(window)
     model = walk.model(min(max_positions, default=None))

@@ -2,6 +2,8 @@
 
 The three projections reading the normed activations are told apart by where their outputs go, never
 by name:
+  (each projection may add a bias (Qwen2), and query and key may go through a per-head RMSNorm between the
+  head split and the transpose (Qwen3's q/k norm))
   query: split into heads -> RoPE -> (scale) -> MatMul with K^T
   key:   split into heads -> RoPE -> Concat(past key input, .) = a graph output (present key)
   value: split into heads ->         Concat(past value input, .) = a graph output (present value)
@@ -10,7 +12,7 @@ MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Ad
 (patterns_fused_qkv.py) shares the core and the head splitting.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -18,7 +20,9 @@ from onnx import NodeProto
 
 from .convert_errors import ConvertError, cannot_map
 from .graph_index import node_attr
-from .patterns_linear import linear_consumers, linear_weight, residual_add, sole_linear_consumer
+from .patterns_linear import BiasedLinear, biased_linear, linear_consumers, linear_weight, residual_add, \
+    sole_linear_consumer
+from .patterns_norm import RmsNorm, match_rms_norm
 from .patterns_rope import Rope, match_rope
 
 # What GQA's repeat_kv (Unsqueeze -> Expand -> Reshape) and the K transpose are built from.
@@ -36,11 +40,20 @@ class Attention:
     head_dim: int
     inv_freq: np.ndarray  # [head_dim / 2] fp32
     output: str  # the residual stream after the block
+    biases: dict = field(default_factory=dict)  # "wq"/"wk"/"wv" -> [out] where the projection has one (Qwen2)
+    q_norm: Optional["RmsNorm"] = None  # per-head RMSNorm of the query / key before RoPE (Qwen3, Gemma 3)
+    k_norm: Optional["RmsNorm"] = None
+    scale: Optional[float] = None  # the q.k scale where it is not 1/sqrt(head_dim) (Gemma 2/3), else None
+    softcap: Optional[float] = None  # cap * tanh(scores / cap) before the mask (Gemma 2), else None
+    mask: Optional[str] = None  # the tensor added to the scores (the layer's mask), where the graph has one
+    post_norm: Optional["RmsNorm"] = None  # the sandwich norm of the block's output before the residual add
 
 
 @dataclass
 class _Projection:
     matmul: NodeProto
+    linear: BiasedLinear
+    norm: Optional[RmsNorm]  # the per-head RMSNorm between the head split and RoPE, if any
     n_heads: int
     head_dim: int
     rope: Optional[Rope]  # None for the value projection
@@ -50,8 +63,6 @@ class _Projection:
 def match_attention(ix, normed, residual, after):
     """The attention block reading normed [b, s, dim] and adding into residual."""
     linears = linear_consumers(ix, normed)
-    for matmul in linears:
-        refuse_what_llama_lacks(ix, matmul)
     if len(linears) == 1:
         raise ConvertError(f"node '{linears[0].name}': one projection of width {linear_weight(ix, linears[0]).shape[1]} "
                            "where the attention needs three (a fused query/key/value projection such as Phi-3's "
@@ -70,28 +81,49 @@ def match_attention(ix, normed, residual, after):
     if not np.array_equal(q.rope.inv_freq, k.rope.inv_freq):
         raise cannot_map(k.matmul, "the same RoPE frequencies for Q and K")
 
-    o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul)
+    if (q.norm is None) != (k.norm is None) or v.norm is not None:
+        raise cannot_map(q.matmul, "a per-head RMSNorm on both the query and the key, or on neither")
+
+    found = {}
+    o_proj = match_attention_core(ix, q.end, k.end, v.end, q.head_dim, q.matmul, found)
+    post_norm, output = residual_after(ix, residual, o_proj.output[0], o_proj)
+    biases = {name: p.linear.bias for name, p in (("wq", q), ("wk", k), ("wv", v)) if p.linear.bias is not None}
     return Attention(
-        wq=linear_weight(ix, q.matmul), wk=linear_weight(ix, k.matmul), wv=linear_weight(ix, v.matmul),
+        wq=q.linear.weight, wk=k.linear.weight, wv=v.linear.weight,
         wo=linear_weight(ix, o_proj), n_heads=q.n_heads, n_kv_heads=k.n_heads, head_dim=q.head_dim,
-        inv_freq=q.rope.inv_freq, output=residual_add(ix, residual, o_proj.output[0], o_proj))
+        inv_freq=q.rope.inv_freq, output=output, biases=biases, q_norm=q.norm, k_norm=k.norm,
+        scale=found.get("scale"), softcap=found.get("softcap"), mask=found.get("mask"), post_norm=post_norm)
 
 
-def match_attention_core(ix, query, key, value, head_dim, blame):
+def residual_after(ix, residual, branch, branch_node):
+    """(post-norm or None, the residual stream after the block): the block's output added to residual, or
+    first through an RMSNorm (Gemma 2/3's sandwich norms)."""
+    if any(ix.other_input(add, branch) == residual for add in ix.consumers(branch, "Add")):
+        return None, residual_add(ix, residual, branch, branch_node)
+    if any(n.input[0] == branch and ix.scalar(n.input[1]) == 2.0 for n in ix.consumers(branch, "Pow")):
+        norm = match_rms_norm(ix, branch, branch_node)
+        return norm, residual_add(ix, residual, norm.output, ix.producer(norm.output))
+    return None, residual_add(ix, residual, branch, branch_node)
+
+
+def match_attention_core(ix, query, key, value, head_dim, blame, found=None):
     """What follows the projections: Softmax(query K^T / sqrt(head_dim) + mask) V, heads merged, into
     the output projection. query, key, value: [b, heads, s or t, head_dim] tensors, key and value the
     cached ones where the graph has a cache; blame: the node to name when there is no Q K^T. Returns the
-    output projection's MatMul."""
-    probs = _unguarded(ix, _match_scores(ix, query, key, head_dim, blame))
+    output projection's MatMul. found: a dict that receives "scale" (where it is not 1/sqrt(head_dim)),
+    "softcap" and "mask" (the tensor added to the scores); without it only the plain scale is accepted."""
+    probs = _unguarded(ix, _match_scores(ix, query, key, head_dim, blame, found))
     pv = _sole_matmul_reading(ix, probs, ix.producer(probs), "Softmax(scores) @ V")
     if ix.trace_back(pv.input[1], REPEAT_KV_OPS) != value:
         raise cannot_map(pv, f"probabilities times the cached values '{value}'")
     return _match_merge_heads(ix, pv)
 
 
-def split_heads(ix, tensor, width, after):
+def split_heads(ix, tensor, width, after, norm_out=None):
     """Follows tensor [b, s, width] -> Reshape [b, s, heads, head_dim] -> Transpose [b, heads, s,
-    head_dim]; after: the node that wrote tensor. Returns (heads, head_dim, transposed tensor)."""
+    head_dim]; after: the node that wrote tensor. Returns (heads, head_dim, transposed tensor).
+    norm_out: a list to receive the per-head RMSNorm between Reshape and Transpose (Qwen3's q/k norm), which
+    is then accepted; without it such a norm is not followed."""
     reshape = ix.sole_consumer(tensor, "Reshape", after, "Reshape to [batch, seq, heads, head_dim]")
     dims = ix.fold_dims(reshape.input[1], reshape)
     if len(dims) != 4 or dims[3] is None or dims[3] <= 0 or dims[2] is None:
@@ -101,10 +133,25 @@ def split_heads(ix, tensor, width, after):
     heads = width // head_dim if dims[2] == -1 else dims[2]
     if heads <= 0 or heads * head_dim != width:
         raise cannot_map(reshape, f"heads x head_dim = {width} (the projection's width), found {dims}")
-    transpose = ix.sole_consumer(reshape.output[0], "Transpose", reshape, "Transpose to [b, heads, s, hd]")
+    split, split_node = reshape.output[0], reshape
+    if norm_out is not None and ix.consumers(split, "Pow"):
+        norm = match_rms_norm(ix, split, reshape)
+        if norm.weight.shape != (head_dim,):
+            raise cannot_map(reshape, f"a per-head RMSNorm weight of head_dim {head_dim}, found {list(norm.weight.shape)}")
+        norm_out.append(norm)
+        split, split_node = norm.output, ix.producer(norm.output)
+    transpose = ix.sole_consumer(split, "Transpose", split_node, "Transpose to [b, heads, s, hd]")
     if list(node_attr(transpose, "perm", [])) != [0, 2, 1, 3]:
         raise cannot_map(transpose, "perm [0, 2, 1, 3]")
-    return heads, head_dim, transpose.output[0]
+    out = transpose.output[0]
+    if norm_out is not None and not norm_out and any(
+            n.input[0] == out and ix.scalar(n.input[1]) == 2.0 for n in ix.consumers(out, "Pow")):
+        norm = match_rms_norm(ix, out, transpose)  # Gemma 3 normalises after the transpose
+        if norm.weight.shape != (head_dim,):
+            raise cannot_map(transpose, f"a per-head RMSNorm weight of head_dim {head_dim}, found {list(norm.weight.shape)}")
+        norm_out.append(norm)
+        out = norm.output
+    return heads, head_dim, out
 
 
 def cache_concat(ix, tensor):
@@ -118,7 +165,9 @@ def cache_concat(ix, tensor):
 
 
 def _classify_projection(ix, matmul):
-    heads, head_dim, split = split_heads(ix, matmul.output[0], linear_weight(ix, matmul).shape[1], matmul)
+    linear = biased_linear(ix, matmul)
+    norms = []
+    heads, head_dim, split = split_heads(ix, linear.output, linear.weight.shape[1], linear.node, norms)
     rope = match_rope(ix, split, head_dim)
     end = rope.output if rope else split
     cache = cache_concat(ix, end)
@@ -130,23 +179,7 @@ def _classify_projection(ix, matmul):
         role = "query"
     else:
         role = "key"  # rotated, then transposed into the right of Q K^T (a graph without a cache)
-    return role, _Projection(matmul, heads, head_dim, rope, end)
-
-
-def refuse_what_llama_lacks(ix, matmul):
-    """One line for a projection the llama family has no place for: a bias (Qwen2), or a per-head RMSNorm
-    after the head split (Qwen3's q/k norm)."""
-    out = matmul.output[0]
-    width = linear_weight(ix, matmul).shape[1]
-    for add in ix.consumers(out, "Add"):
-        bias = ix.constant(ix.other_input(add, out))
-        if bias is not None and bias.shape == (width,):
-            raise ConvertError(f"node '{add.name}': a bias on an attention projection; kvx's llama family has none")
-    for reshape in ix.consumers(out, "Reshape"):
-        for node in ix.consumers(reshape.output[0]):
-            if node.op_type in ("Pow", "SimplifiedLayerNormalization", "RMSNormalization"):
-                raise ConvertError(f"node '{node.name}': a per-head RMSNorm on the query or key (q/k norm); "
-                                   "kvx's llama family has none")
+    return role, _Projection(matmul, linear, norms[0] if norms else None, heads, head_dim, rope, end)
 
 
 def _is_left_of_matmul(ix, tensor):
@@ -187,7 +220,7 @@ def _sole_matmul_reading(ix, tensor, after, expected):
     return matmuls[0]
 
 
-def _match_scores(ix, query, key_end, head_dim, blame):
+def _match_scores(ix, query, key_end, head_dim, blame, found=None):
     """Checks Q K^T, its scaling and the Softmax; returns the attention probabilities tensor.
 
     The scale may sit after the MatMul (HF eager) or be split over Q and K (torch's export of
@@ -212,6 +245,7 @@ def _match_scores(ix, query, key_end, head_dim, blame):
         raise cannot_map(scores, f"the query times the transposed cached keys '{key_end}'")
 
     tensor = scores.output[0]
+    last_factor, softcap, mask = None, None, None
     while True:
         consumers = ix.consumers(tensor)
         node = consumers[0] if len(consumers) == 1 else None
@@ -220,17 +254,33 @@ def _match_scores(ix, query, key_end, head_dim, blame):
         if node.op_type == "Softmax":
             break
         factor = _scale_of(ix, node, tensor)
-        if factor is not None:
+        if node.op_type == "Tanh" and softcap is None and found is not None:
+            # cap * tanh(scores / cap): Gemma 2's attention logit soft-cap, after the scale
+            outer = ix.consumers(node.output[0])
+            cap = _scale_of(ix, outer[0], node.output[0]) if len(outer) == 1 else None
+            if last_factor is None or cap is None or not np.isclose(cap * last_factor, 1.0, rtol=1e-6):
+                raise cannot_map(node, "a soft-cap cap * Tanh(scores / cap) with one constant cap")
+            softcap, scale, node = cap, scale / last_factor, outer[0]
+        elif factor is not None:
+            if softcap is not None:
+                raise cannot_map(node, "no scaling after the soft-cap")
             scale *= factor
+            last_factor = factor
         elif node.op_type == "Where" and _masked_branch(ix, node, tensor):
             pass  # where(mask, scores, -big): the causal mask as GPT-2 writes it; kvx builds its own
         elif node.op_type != "Add":  # the attention mask; kvx builds its own causal mask
             raise cannot_map(node, "scaling, the mask Add and Softmax after Q K^T")
+        else:
+            mask = ix.other_input(node, tensor)
         tensor = node.output[0]
     if node_attr(node, "axis", -1) not in (-1, 3):
         raise cannot_map(node, "Softmax over the key axis")
     expected = 1.0 / np.sqrt(head_dim)
-    if not np.isclose(scale, expected, rtol=1e-5):
+    if found is not None:
+        found.update({"softcap": softcap, "mask": mask})
+        if not np.isclose(scale, expected, rtol=1e-5):
+            found["scale"] = float(scale)
+    elif not np.isclose(scale, expected, rtol=1e-5):
         raise ConvertError(f"cannot map node '{scores.name}' (op MatMul): expected attention scores "
                            f"scaled by 1/sqrt(head_dim) = {expected:.6g}, found {scale:.6g}")
     return node.output[0]

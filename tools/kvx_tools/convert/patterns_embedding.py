@@ -1,6 +1,8 @@
 """The two ends of a decoder graph: the token embedding Gather that starts the residual stream, and the
 classifier MatMul that ends it in the logits output."""
 
+import numpy as np
+
 from .convert_errors import ConvertError, cannot_map
 from .graph_index import node_attr
 
@@ -38,6 +40,34 @@ def _index_readers(ix, ids):
     return found
 
 
+def softcapped_logits(ix, tensor):
+    """(cap, output) for cap * Tanh(tensor / cap) (Gemma 2's final logit soft-cap), else (None, tensor)."""
+    consumers = ix.consumers(tensor)
+    if len(consumers) != 1 or consumers[0].op_type not in ("Div", "Mul"):
+        return None, tensor
+    inner = consumers[0]
+    c = ix.scalar(ix.other_input(inner, tensor))
+    if c is None or (inner.op_type == "Div" and inner.input[0] != tensor) or c == 0:
+        return None, tensor
+    inverse = 1.0 / c if inner.op_type == "Div" else c
+    tanh = ix.consumers(inner.output[0])
+    if len(tanh) != 1 or tanh[0].op_type != "Tanh":
+        return None, tensor
+    outer = ix.consumers(tanh[0].output[0])
+    if len(outer) != 1 or outer[0].op_type != "Mul":
+        return None, tensor
+    cap = ix.scalar(ix.other_input(outer[0], tanh[0].output[0]))
+    if cap is None or not np.isclose(cap * inverse, 1.0, rtol=1e-6):
+        return None, tensor
+    return float(cap), outer[0].output[0]
+
+
+def final_softcap(ix, normed):
+    """The final logit soft-cap after the classifier reading normed, or None."""
+    matmuls = [m for m in ix.consumers(normed, "MatMul") if m.input[0] == normed]
+    return softcapped_logits(ix, matmuls[0].output[0])[0] if len(matmuls) == 1 else None
+
+
 def match_classifier(ix, normed):
     """[vocab, dim] when normed feeds the final MatMul that writes a graph output (the logits), else
     None. The weight is a constant [dim, vocab] or a Transpose of a constant [vocab, dim]."""
@@ -46,7 +76,7 @@ def match_classifier(ix, normed):
         for reshape in ix.consumers(normed, "Reshape"):
             if reshape.input[0] == normed and _keeps_rows(ix, reshape):
                 matmuls += [m for m in ix.consumers(reshape.output[0], "MatMul") if m.input[0] == reshape.output[0]]
-    if len(matmuls) != 1 or matmuls[0].output[0] not in ix.output_names:
+    if len(matmuls) != 1 or softcapped_logits(ix, matmuls[0].output[0])[1] not in ix.output_names:
         return None
     matmul = matmuls[0]
     weight = ix.constant(matmul.input[1])

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .convert_errors import cannot_map
+from .convert_errors import ConvertError, cannot_map
+from .graph_index import node_attr
 from .gpt2_layers import LinearWeights
 from .patterns_linear import residual_add, sole_biased_linear
 
@@ -63,9 +64,44 @@ def _next_step(ix, tensor, op_type, operand):
     return _by_constant(ix, tensor, op_type, operand)
 
 
+def _cubes(ix, x):
+    """The nodes computing x^3: Pow(x, 3), or x * (x * x) as torch traces Gemma's tanh GELU."""
+    cubes = [n for n in ix.consumers(x, "Pow") if n.input[0] == x and ix.scalar(n.input[1]) == 3.0]
+    for square in ix.consumers(x, "Mul"):
+        if list(square.input) == [x, x]:
+            cubes += [m for m in ix.consumers(square.output[0], "Mul") if ix.other_input(m, square.output[0]) == x]
+    return list({id(n): n for n in cubes}.values())  # a Mul(x, x) is listed once per operand
+
+
+def gelu_op_output(ix, x, approximate):
+    """The output of ONNX Gelu(x) (opset 20) with that approximate attribute ("tanh" or "none"), or None."""
+    for node in ix.consumers(x, "Gelu"):
+        value = node_attr(node, "approximate", b"none")
+        value = value.decode() if isinstance(value, bytes) else value
+        if node.domain in ("", "ai.onnx") and value == approximate:
+            return node.output[0]
+    return None
+
+
+def gelu_tanh_output(ix, x):
+    """The tensor holding GELU-tanh(x) (ONNX Gelu approximate='tanh' or written out), or None."""
+    found = gelu_op_output(ix, x, "tanh")
+    if found is not None:
+        return found
+    if len(_cubes(ix, x)) != 1:
+        return None
+    try:
+        return match_gelu_tanh(ix, x, ix.producer(x))
+    except ConvertError:
+        return None
+
+
 def match_gelu_tanh(ix, x, after):
     """The tensor holding gelu_new(x); after: the node to blame when x does not go through it."""
-    cubes = [n for n in ix.consumers(x, "Pow") if n.input[0] == x and ix.scalar(n.input[1]) == 3.0]
+    found = gelu_op_output(ix, x, "tanh")
+    if found is not None:
+        return found
+    cubes = _cubes(ix, x)
     if len(cubes) != 1:
         raise cannot_map(after, f"{GELU_FORM}, reading '{x}' (found no Pow(x, 3))")
     node = cubes[0]

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .convert_errors import cannot_map
+from .patterns_attention import residual_after
+from .patterns_gelu_mlp import gelu_tanh_output
 from .patterns_linear import linear_consumers, linear_weight, residual_add, sole_linear_consumer
 
 
@@ -16,6 +18,8 @@ class SwiGlu:
     w_up: np.ndarray  # [dim, hidden_dim]
     w_down: np.ndarray  # [hidden_dim, dim]
     output: str  # the residual stream after the block (the down projection's output when residual is None)
+    activation: str = "silu"  # of the gate: "silu" (SwiGLU) or "gelu_tanh" (Gemma's GeGLU)
+    post_norm: object = None  # RmsNorm of the block's output before the residual add (Gemma 2/3's sandwich)
 
 
 def _silu_output(ix, matmul):
@@ -34,16 +38,19 @@ def match_swiglu(ix, normed, residual, after):
     linears = linear_consumers(ix, normed)
     if len(linears) != 2:
         raise cannot_map(after, f"two MatMuls (gate, up) reading '{normed}', found {len(linears)}")
+    activation = "silu"
     activated = [_silu_output(ix, m) for m in linears]
+    if all(a is None for a in activated):
+        activation, activated = "gelu_tanh", [gelu_tanh_output(ix, m.output[0]) for m in linears]
     if sum(a is not None for a in activated) != 1:
         raise cannot_map(linears[0], "exactly one of the two MLP projections going through SiLU "
-                                     "(Mul(x, Sigmoid(x)))")
+                                     "(Mul(x, Sigmoid(x))) or GELU in its tanh form")
     gate_index = 0 if activated[0] is not None else 1
     gate, up, silu = linears[gate_index], linears[1 - gate_index], activated[gate_index]
     products = [m for m in ix.consumers(silu, "Mul") if ix.other_input(m, silu) == up.output[0]]
     if len(products) != 1:
         raise cannot_map(up, "SiLU(gate) * up")
     down = sole_linear_consumer(ix, products[0].output[0], products[0], "down projection")
-    output = down.output[0] if residual is None else residual_add(ix, residual, down.output[0], down)
+    post_norm, output = (None, down.output[0]) if residual is None else residual_after(ix, residual, down.output[0], down)
     return SwiGlu(w_gate=linear_weight(ix, gate), w_up=linear_weight(ix, up), w_down=linear_weight(ix, down),
-                  output=output)
+                  output=output, activation=activation, post_norm=post_norm)

@@ -4,7 +4,8 @@ Llama and Mistral on CPU in fp32:
   normed -> MatMul(packed [dim, (H + 2 Hkv) * D]) -> GroupQueryAttention(query=packed, key='', value='',
             past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache)
          -> MatMul(o_proj)
-  (or three MatMuls into the query, key and value slots)
+  (or three MatMuls into the query, key and value slots; a packed bias Add (Qwen2); a Split of the packed
+  MatMul, which normalise.py turns into three MatMuls, with a per-head RMSNorm on q and k (Qwen3))
 
 The packed projection's columns are the query's H * D, then the key's Hkv * D, then the value's (the
 operator schema's packed layout); H and Hkv are the num_heads and kv_num_heads attributes. RoPE is inside
@@ -12,7 +13,8 @@ the op (do_rotary=1) with precomputed cos/sin tables, fitted back to inverse fre
 kvx computes positions itself, so seqlens_k and total_sequence_length (the builder's attention-mask
 arithmetic) are not read. local_window_size W >= 0 is a window of W keys (the query's own included), as
 kvx's sliding_window counts it: tests/python/test_convert_exporter_fixtures.py checks that against ONNX
-Runtime on a graph given a window. What kvx lacks is refused: another attention scale, softcap,
+Runtime on a graph given a window. Another scale and softcap are config.json's attention_scale and
+attn_logit_softcap (Gemma 2). What kvx lacks is refused:
 interleaved rotary pairs, RoPE on part of the head, bidirectional attention, smooth softmax, quantized
 caches, and the optional inputs after sin_cache (position ids, attention bias, head sinks, cache scales,
 q/k norm weights, padded query lengths).
@@ -28,6 +30,7 @@ from .graph_index import node_attr
 from .patterns_attention import Attention
 from .patterns_linear import linear_consumers, linear_weight, sole_linear_consumer
 from .patterns_ortgenai_gpt2 import MS_DOMAIN
+from .patterns_ortgenai_llama import projection_end
 from .rope_caches import TOLERANCE, inv_freq_from_caches
 
 GQA_OP = (MS_DOMAIN, "GroupQueryAttention")
@@ -37,7 +40,7 @@ GQA_OP = (MS_DOMAIN, "GroupQueryAttention")
 GQA_UNSUPPORTED_INPUTS = ("position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight",
                           "k_norm_weight", "query_seqlens")
 # Attributes whose non-default value changes the result in a way kvx does not compute: name -> default.
-GQA_UNSUPPORTED_ATTRIBUTES = {"softcap": 0.0, "rotary_interleaved": 0, "causal": 1, "smooth_softmax": 0,
+GQA_UNSUPPORTED_ATTRIBUTES = {"rotary_interleaved": 0, "causal": 1, "smooth_softmax": 0,
                               "qk_output": 0}
 
 
@@ -70,22 +73,6 @@ def gqa_consumer(ix, tensor):
     return None
 
 
-def _refuse_between(ix, gqa, slot, projections):
-    """One line for what sits between a projection and the attention's slot that the llama family lacks:
-    a bias Add (Qwen2) or an RMSNorm per head (Qwen3's q/k norm)."""
-    tensor = _input(gqa, slot)
-    for _ in range(6):
-        node = ix.producer(tensor)
-        if node is None or node.output[0] in projections:
-            return
-        if node.op_type == "SimplifiedLayerNormalization" or node.op_type == "RMSNormalization":
-            raise ConvertError(f"node '{node.name}': a per-head RMSNorm on the query or key (q/k norm); "
-                               "kvx's llama family has none")
-        if node.op_type == "Add" and any(ix.constant(i) is not None for i in node.input):
-            raise ConvertError(f"node '{node.name}': a bias on an attention projection; kvx's llama family has none")
-        tensor = node.input[0]
-
-
 def _check_attributes(gqa, head_dim):
     for name in ("kv_cache_bit_width",):
         if node_attr(gqa, name, 0):
@@ -102,10 +89,12 @@ def _check_attributes(gqa, head_dim):
                                f"has no such option (expected {default})")
     if not node_attr(gqa, "do_rotary", 0):
         raise cannot_map(gqa, "do_rotary=1 (RoPE inside the op; kvx's llama family rotates Q and K)")
+    softcap = node_attr(gqa, "softcap", 0.0)
+    if softcap < 0:
+        raise cannot_map(gqa, f"a non-negative softcap, found {softcap}")
     scale = node_attr(gqa, "scale", 0.0) or 1.0 / np.sqrt(head_dim)  # 0 or absent: 1/sqrt(head_dim)
-    if not np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5):
-        raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) scales attention scores by {scale:.6g}; "
-                           f"kvx scales by 1/sqrt(head_dim) = {1.0 / np.sqrt(head_dim):.6g} and has no other scale")
+    # (the q.k scale where it is not 1/sqrt(head_dim): config.json's attention_scale; the soft-cap or None)
+    return (None if np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5) else float(scale)), (float(softcap) or None)
 
 
 def _check_inputs(ix, gqa):
@@ -136,28 +125,41 @@ def _rotary(ix, gqa, head_dim):
 
 
 def _projection_weights(ix, normed, gqa, n_heads, n_kv_heads):
-    """(wq, wk, wv, head_dim) [in, out] from the packed MatMul or the three MatMuls feeding gqa."""
-    linears = {m.output[0]: m for m in linear_consumers(ix, normed)}
-    for slot in (GQA_QUERY, GQA_KEY, GQA_VALUE):
-        if _input(gqa, slot):
-            _refuse_between(ix, gqa, slot, linears)
+    """(wq, wk, wv, head_dim, {"wq": bias, ...}, q_norm, k_norm) with weights [in, out], from the packed MatMul
+    or the three MatMuls feeding gqa, each through an optional bias Add (Qwen2) and per-head RMSNorm (Qwen3)."""
+    ends = {}
+    for m in linear_consumers(ix, normed):
+        end = projection_end(ix, m.output[0])
+        ends[end.tensor] = (m, end)
     query, key, value = (_input(gqa, s) for s in (GQA_QUERY, GQA_KEY, GQA_VALUE))
-    if query in linears and not key and not value:
-        packed = linear_weight(ix, linears[query])
+    if query in ends and not key and not value:
+        matmul, end = ends[query]
+        packed = linear_weight(ix, matmul)
         width = packed.shape[1]
-        if width % (n_heads + 2 * n_kv_heads):
+        if width % (n_heads + 2 * n_kv_heads) or end.norm is not None:
             raise cannot_map(gqa, f"a packed projection of (num_heads {n_heads} + 2 x kv_num_heads {n_kv_heads}) "
                                   f"x head_dim columns, found {width}")
         head_dim = width // (n_heads + 2 * n_kv_heads)
-        q_end, k_end = n_heads * head_dim, (n_heads + n_kv_heads) * head_dim
-        return packed[:, :q_end], packed[:, q_end:k_end], packed[:, k_end:], head_dim
-    if query in linears and key in linears and value in linears:
-        wq, wk, wv = (linear_weight(ix, linears[t]) for t in (query, key, value))
+        bounds = [n_heads * head_dim, (n_heads + n_kv_heads) * head_dim]
+        biases = {}
+        if end.bias is not None:
+            if end.bias.shape != (width,):
+                raise cannot_map(gqa, f"a packed bias of {width}, found {list(end.bias.shape)}")
+            biases = dict(zip(("wq", "wk", "wv"), np.split(end.bias, bounds)))
+        wq, wk, wv = np.split(packed, bounds, axis=1)
+        return wq, wk, wv, head_dim, biases, None, None
+    if query in ends and key in ends and value in ends:
+        (mq, eq), (mk, ek), (mv, ev) = (ends[t] for t in (query, key, value))
+        wq, wk, wv = (linear_weight(ix, m) for m in (mq, mk, mv))
         head_dim = wq.shape[1] // n_heads
         if wq.shape[1] != n_heads * head_dim or wk.shape[1] != n_kv_heads * head_dim or wv.shape != wk.shape:
             raise cannot_map(gqa, f"q, k, v widths num_heads {n_heads} and kv_num_heads {n_kv_heads} x one head_dim, "
                                   f"found {wq.shape[1]}, {wk.shape[1]}, {wv.shape[1]}")
-        return wq, wk, wv, head_dim
+        if (eq.norm is None) != (ek.norm is None) or ev.norm is not None \
+                or any(e.norm is not None and e.norm.weight.shape != (head_dim,) for e in (eq, ek)):
+            raise cannot_map(gqa, f"a per-head RMSNorm of width {head_dim} on both the query and the key, or neither")
+        biases = {name: e.bias for name, e in (("wq", eq), ("wk", ek), ("wv", ev)) if e.bias is not None}
+        return wq, wk, wv, head_dim, biases, eq.norm, ek.norm
     raise cannot_map(gqa, f"its query fed by a packed q/k/v MatMul reading '{normed}' (key and value empty), or "
                           "its query, key and value each by a MatMul reading it")
 
@@ -169,9 +171,9 @@ def match_gqa_attention(ix, normed, gqa):
     n_heads, n_kv_heads = node_attr(gqa, "num_heads", 0), node_attr(gqa, "kv_num_heads", 0)
     if n_heads <= 0 or n_kv_heads <= 0 or n_heads % n_kv_heads:
         raise cannot_map(gqa, f"num_heads a positive multiple of kv_num_heads (found {n_heads}, {n_kv_heads})")
-    wq, wk, wv, head_dim = _projection_weights(ix, normed, gqa, n_heads, n_kv_heads)
+    wq, wk, wv, head_dim, biases, q_norm, k_norm = _projection_weights(ix, normed, gqa, n_heads, n_kv_heads)
     _check_inputs(ix, gqa)
-    _check_attributes(gqa, head_dim)
+    scale, softcap = _check_attributes(gqa, head_dim)
     inv_freq, max_position = _rotary(ix, gqa, head_dim)
     o_proj = sole_linear_consumer(ix, gqa.output[0], gqa, "o_proj")
     window = node_attr(gqa, "local_window_size", -1)
@@ -179,5 +181,6 @@ def match_gqa_attention(ix, normed, gqa):
         raise cannot_map(gqa, f"local_window_size -1 (none) or a positive window, found {window}")
     attention = Attention(wq=np.ascontiguousarray(wq), wk=np.ascontiguousarray(wk), wv=np.ascontiguousarray(wv),
                           wo=linear_weight(ix, o_proj), n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
-                          inv_freq=inv_freq, output=o_proj.output[0])
+                          inv_freq=inv_freq, output=o_proj.output[0], biases=biases, q_norm=q_norm, k_norm=k_norm,
+                          scale=scale, softcap=softcap)
     return GqaAttention(attention, max_position, None if window == -1 else int(window), gqa)

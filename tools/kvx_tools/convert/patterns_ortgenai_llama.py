@@ -22,7 +22,7 @@ import numpy as np
 
 from .convert_errors import ConvertError, cannot_map
 from .graph_index import node_attr
-from .patterns_attention import Attention, refuse_what_llama_lacks
+from .patterns_attention import Attention
 from .patterns_linear import linear_consumers, linear_weight, sole_linear_consumer
 from .patterns_norm import RmsNorm
 from .patterns_ortgenai_gpt2 import MS_DOMAIN
@@ -59,6 +59,40 @@ def _norm_weight(ix, node, k):
     return weight
 
 
+@dataclass
+class ProjectionEnd:
+    """What follows a q/k/v projection's MatMul in the builder's graphs before the attention op reads it."""
+    tensor: str  # the tensor the attention (or RotaryEmbedding) reads
+    bias: object  # [out] constant of a bias Add (Qwen2), or None
+    norm: object  # RmsNorm per head (Qwen3's q/k norm: Reshape [0, -1, D] -> SimplifiedLayerNormalization ->
+    #               Reshape back), or None
+
+
+def projection_end(ix, tensor):
+    """Follows a projection's output through an optional bias Add and an optional per-head RMSNorm."""
+    bias = norm = None
+    consumers = ix.consumers(tensor)
+    if len(consumers) == 1 and consumers[0].op_type == "Add":
+        constant = ix.constant(ix.other_input(consumers[0], tensor))
+        if constant is not None and constant.ndim == 1:
+            bias, tensor = constant, consumers[0].output[0]
+    consumers = ix.consumers(tensor)
+    if len(consumers) == 1 and consumers[0].op_type == "Reshape":
+        after = ix.consumers(consumers[0].output[0])
+        if len(after) == 1 and after[0].op_type in ("SimplifiedLayerNormalization", "RMSNormalization"):
+            node = after[0]
+            if node_attr(node, "axis", -1) != -1:
+                raise cannot_map(node, "a per-head RMSNorm over the last axis")
+            weight = _norm_weight(ix, node, 1)
+            dims = ix.fold_dims(consumers[0].input[1], consumers[0])
+            if not dims or dims[-1] != weight.shape[0]:
+                raise cannot_map(node, f"a per-head RMSNorm of width head_dim over a [.., {weight.shape[0]}] split")
+            back = ix.sole_consumer(node.output[0], "Reshape", node, "Reshape back to [batch, seq, heads * head_dim]")
+            norm = RmsNorm(weight=weight, eps=_norm_eps(node), output=back.output[0])
+            tensor = back.output[0]
+    return ProjectionEnd(tensor, bias, norm)
+
+
 def match_simplified_norm(ix, x, after):
     """The SimplifiedLayerNormalization (RMSNorm over the last axis) reading x."""
     node = ix.sole_consumer(x, "SimplifiedLayerNormalization", after,
@@ -92,9 +126,9 @@ class _Rotary:
     max_position: int  # rows of the tables: the longest context the graph can run
 
 
-def _match_rotary(ix, projection):
-    """The RotaryEmbedding reading a projection's output, or None when none does (the value)."""
-    nodes = [n for n in ix.consumers(projection.output[0], "RotaryEmbedding") if n.input[0] == projection.output[0]]
+def _match_rotary(ix, tensor, projection):
+    """The RotaryEmbedding reading a projection's output tensor, or None when none does (the value)."""
+    nodes = [n for n in ix.consumers(tensor, "RotaryEmbedding") if n.input[0] == tensor]
     if not nodes:
         return None
     node = nodes[0]
@@ -198,15 +232,14 @@ def match_fused_attention(ix, normed, after):
     linears = linear_consumers(ix, normed)
     if len(linears) != 3:
         raise cannot_map(after, f"three MatMuls (q, k, v projections) reading '{normed}', found {len(linears)}")
-    for matmul in linears:  # Qwen2's biases, Qwen3's q/k norms: one line naming them
-        refuse_what_llama_lacks(ix, matmul)
-    rotaries = {id(m): _match_rotary(ix, m) for m in linears}
+    ends = {id(m): projection_end(ix, m.output[0]) for m in linears}  # Qwen2's biases, Qwen3's q/k norms
+    rotaries = {id(m): _match_rotary(ix, ends[id(m)].tensor, m) for m in linears}
     rotated = [m for m in linears if rotaries[id(m)] is not None]
     values = [m for m in linears if rotaries[id(m)] is None]
     if len(rotated) != 2 or len(values) != 1:
         raise cannot_map(linears[0], "RotaryEmbedding on exactly two of the q, k, v projections")
     v = values[0]
-    mha, v_cache = _attention_node(ix, v.output[0], MHA_VALUE, v, "the value projection")
+    mha, v_cache = _attention_node(ix, ends[id(v)].tensor, MHA_VALUE, v, "the value projection")
     key_input, k_cache = _input(mha, MHA_KEY), None
     if v_cache is not None:
         key_input, k_cache, k_axes = _match_repeat_kv(ix, key_input)
@@ -236,8 +269,19 @@ def match_fused_attention(ix, normed, after):
     o_proj = sole_linear_consumer(ix, mha.output[0], mha, "o_proj")
     if q_rope.interleaved:  # pairs (2j, 2j + 1): reorder Q and K so that kvx's rotate-half pairs the same
         wq, wk = _interleaved_to_rotate_half(wq, n_heads), _interleaved_to_rotate_half(wk, n_kv_heads)
+    q_end, k_end, v_end = ends[id(q)], ends[id(k)], ends[id(v)]
+    biases = {name: e.bias for name, e in (("wq", q_end), ("wk", k_end), ("wv", v_end)) if e.bias is not None}
+    if q_rope.interleaved:
+        biases = {name: _interleaved_to_rotate_half(b[None, :], n_heads if name == "wq" else n_kv_heads)[0]
+                  if name != "wv" else b for name, b in biases.items()}
+        for e in (q_end, k_end):  # a per-head norm's weight follows the head's columns
+            if e.norm is not None:
+                e.norm = RmsNorm(_interleaved_to_rotate_half(e.norm.weight[None, :], 1)[0], e.norm.eps, e.norm.output)
     attention = Attention(wq=wq, wk=wk, wv=wv, wo=linear_weight(ix, o_proj), n_heads=n_heads,
-                          n_kv_heads=n_kv_heads, head_dim=head_dim, inv_freq=q_rope.inv_freq, output=o_proj.output[0])
+                          n_kv_heads=n_kv_heads, head_dim=head_dim, inv_freq=q_rope.inv_freq, output=o_proj.output[0],
+                          biases=biases, q_norm=q_end.norm, k_norm=k_end.norm)
+    if (q_end.norm is None) != (k_end.norm is None) or v_end.norm is not None:
+        raise cannot_map(q, "a per-head RMSNorm on both the query and the key, or on neither")
     return attention, min(q_rope.max_position, k_rope.max_position)
 
 

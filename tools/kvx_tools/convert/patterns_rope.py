@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .convert_errors import cannot_map
+from .convert_errors import ConvertError, cannot_map
 from .graph_index import node_attr
 
 LAST_AXIS_OF_4D = (-1, 3)
@@ -39,6 +39,10 @@ def match_rope(ix, x, head_dim):
     cos = ix.producer_op(_trace_to_trig(ix, cos_tensor), "Cos")
     sin = ix.producer_op(_trace_to_trig(ix, sin_tensor), "Sin")
     if cos is None or sin is None or cos.input[0] != sin.input[0]:
+        factor = _trig_factor(ix, cos_tensor)
+        if factor is not None:
+            raise ConvertError(f"node '{add.name}': RoPE's cos/sin scaled by {factor:.6g} (LongRoPE's attention "
+                               "factor); kvx's RoPE has no such factor")
         raise cannot_map(add, "x * Cos(angles) + rotate_half(x) * Sin(angles), both of the same angles")
     return Rope(output=add.output[0], inv_freq=_inv_freq(ix, cos, head_dim))
 
@@ -58,10 +62,30 @@ def _trace_to_trig(ix, tensor):
         tensor = unscaled[0]
 
 
-def _slice_params(ix, node):
-    """(start, end, axis, step) of a single-axis Slice with constant parameters, else None."""
+def _trig_factor(ix, tensor):
+    """The constant factor other than 1 a cos/sin operand is Mul(Cos(..), c) by, else None."""
+    tensor = ix.trace_back(tensor)
+    node = ix.producer(tensor)
+    if node is None or node.op_type != "Mul":
+        return None
+    for t in node.input:
+        factor = ix.scalar(ix.other_input(node, t))
+        if factor is not None and factor != 1.0 and ix.producer_op(ix.trace_back(t), "Cos") is not None:
+            return factor
+    return None
+
+
+def _slice_params(ix, node, head_dim=None):
+    """(start, end, axis, step) of a single-axis Slice with constant parameters, else None. With head_dim,
+    a bound computed from the sliced tensor's own last dimension (HF Phi-3's x[..., : x.shape[-1] // 2])
+    is evaluated with that dimension = head_dim."""
     params = [ix.constant(name) if name else None for name in node.input[1:]]
     params += [None] * (4 - len(params))
+    if head_dim is not None:
+        for k in (0, 1):
+            if params[k] is None and k + 1 < len(node.input):
+                value = _head_dim_arithmetic(ix, node.input[k + 1], node.input[0], head_dim)
+                params[k] = None if value is None else np.array([value])
     starts, ends, axes, steps = params
     if starts is None or ends is None or starts.size != 1 or ends.size != 1:
         return None
@@ -70,12 +94,41 @@ def _slice_params(ix, node):
     return int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), axis, step
 
 
+def _head_dim_arithmetic(ix, tensor, x, head_dim, depth=8):
+    """The integer tensor holds, when it is built from x's last dimension (Gather(Shape(x), -1 or 3)) and
+    constants by Unsqueeze/Squeeze/Cast/Identity and integer Div/Mul/Add/Sub; else None."""
+    value = ix.constant(tensor)
+    if value is not None:
+        return int(value.reshape(-1)[0]) if value.size == 1 and np.issubdtype(value.dtype, np.integer) else None
+    node = ix.producer(tensor)
+    if node is None or depth == 0:
+        return None
+    if node.op_type in ("Unsqueeze", "Squeeze", "Cast", "Identity"):
+        return _head_dim_arithmetic(ix, node.input[0], x, head_dim, depth - 1)
+    if node.op_type == "Gather" and len(node.input) == 2:
+        shape = ix.producer_op(node.input[0], "Shape")
+        index = ix.constant(node.input[1])
+        if shape is not None and shape.input[0] == x and node_attr(shape, "start", 0) == 0 \
+                and node_attr(shape, "end") is None and index is not None and index.size == 1 \
+                and int(index.reshape(-1)[0]) in LAST_AXIS_OF_4D:
+            return head_dim
+        return None
+    if node.op_type in ("Div", "Mul", "Add", "Sub") and len(node.input) == 2:
+        a, b = (_head_dim_arithmetic(ix, t, x, head_dim, depth - 1) for t in node.input)
+        if a is None or b is None or (node.op_type == "Div" and b == 0):
+            return None
+        if node.op_type == "Div":
+            return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # ONNX integer Div truncates
+        return {"Mul": a * b, "Add": a + b, "Sub": a - b}[node.op_type]
+    return None
+
+
 def _rotate_half_slices(ix, slices, head_dim):
     """(x[..., :hd/2] node, x[..., hd/2:] node) among slices, else an error naming the first."""
     half = head_dim // 2
     first = second = None
     for node in slices:
-        params = _slice_params(ix, node)
+        params = _slice_params(ix, node, head_dim)
         if params is None:
             continue
         start, end, axis, step = params

@@ -70,6 +70,59 @@ def _fused_window(graph_windows, genai, n_layers, warn):
                        "cannot tell which is right")
 
 
+def _window_comparisons(ix):
+    """{comparison output: W} for each Greater(key_position, query_position - W) (or Less(query_position - W,
+    key_position)) of the graph, W a positive integer constant."""
+    found = {}
+    for node in ix.graph.node:
+        if node.op_type == "Greater":
+            bound = node.input[1]
+        elif node.op_type == "Less":
+            bound = node.input[0]
+        else:
+            continue
+        sub = ix.producer_op(ix.trace_back(bound), "Sub")
+        width = ix.scalar(sub.input[1]) if sub is not None else None
+        if width is not None and width >= 1 and float(width).is_integer():
+            found[node.output[0]] = int(width)
+    return found
+
+
+def _value_ancestors(ix, tensor, limit=4096):
+    """The tensors whose values tensor depends on: ancestors, not following a Shape's input (a mask may take
+    its size from another layer's mask, as TorchScript's Gemma 2 full-attention mask does from the sliding one)."""
+    seen, stack = {tensor}, [tensor]
+    while stack:
+        if len(seen) > limit:
+            raise ConvertError(f"the mask '{tensor}' is computed from more than {limit} tensors; kvx convert cannot "
+                               "tell whether it is a sliding-window mask")
+        node = ix.producer(stack.pop())
+        if node is None or node.op_type == "Shape":
+            continue
+        for inp in node.input:
+            if inp and inp not in seen:
+                seen.add(inp)
+                stack.append(inp)
+    return seen
+
+
+def layer_mask_windows(ix, masks):
+    """Per layer, the window W of the sliding comparison its mask (the tensor added to its scores) is built
+    from, or None for a mask without one; None for the whole list when the layers do not differ (the graph's
+    one mask then goes through mask_window). Gemma 2/3 build a windowed mask for their sliding layers and a
+    causal one for the others."""
+    comparisons = _window_comparisons(ix)
+    if not comparisons or any(m is None for m in masks):
+        return None
+    windows = []
+    for mask in masks:
+        found = {comparisons[t] for t in _value_ancestors(ix, mask) if t in comparisons}
+        if len(found) > 1:
+            raise ConvertError(f"the mask '{mask}' is built from several sliding windows {sorted(found)}")
+        windows.append(found.pop() if found else None)
+    return windows if len(set(windows)) > 1 else None
+
+
 def mask_window(ix):
     """The window W of a sliding mask the graph builds at run time, as HF writes it for Mistral:
     Greater(key_position, query_position - W) (or Less(query_position - W, key_position)), W a constant;
