@@ -90,8 +90,11 @@ class DecoderGraph:
                                          g.const([1, 2], scope)], scope)  # [b, 1, 1, t]
         allowed = g.op("And", [causal, key_present], scope)  # [b, 1, s, t]
         if window:
-            distance = g.op("Sub", [g.op("Unsqueeze", [query_pos, g.const([1], scope)], scope),
-                                    g.op("Unsqueeze", [key_pos, g.const([0], scope)], scope)], scope)  # [s, t]
-            allowed = g.op("And", [allowed, g.op("Less", [distance, g.const(window, scope)], scope)], scope)
+            # key > query - W, HF's spelling, which kvx convert reads a layer's window from (sliding_window.py)
+            lowest_excluded = g.op("Sub", [g.op("Unsqueeze", [query_pos, g.const([1], scope)], scope),
+                                           g.const(window, scope)], scope)  # [s, 1]
+            in_window = g.op("Greater", [g.op("Unsqueeze", [key_pos, g.const([0], scope)], scope), lowest_excluded],
+                             scope)  # [s, t]
+            allowed = g.op("And", [allowed, in_window], scope)
         return g.op("Where", [allowed, g.const(0.0, scope, np.float32),
                               g.const(MASKED_SCORE, scope, np.float32)], scope)

@@ -1,5 +1,6 @@
-"""Exports a Llama GGUF file (llama.cpp's format, any quantization) to an HF-style ONNX graph with fp32
-weights, and writes its tokenizer as tokenizer.json and its chat template as chat_template.jinja beside it.
+"""Exports a Llama or Gemma 3 GGUF file (llama.cpp's format, any quantization) to an HF-style ONNX graph with
+fp32 weights, and writes its tokenizer beside it (tokenizer.json for Llama's byte-level BPE, tokenizer.bin,
+llama2.c's layout, for Gemma 3's SentencePiece vocabulary) and its chat template as chat_template.jinja.
 
   python3 -m kvx_tools.export.export_gguf_llama MODEL.gguf -o OUT.onnx [--external-data]
 
@@ -11,8 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .gguf_checkpoint import GgufError, open_gguf, read_gguf_llama
-from .gguf_tokenizer import gguf_chat_template, gguf_tokenizer
+from .gemma3_graph import build_gemma3_graph
+from .gguf_checkpoint import GgufError, gguf_architecture, open_gguf, read_gguf_gemma3, read_gguf_llama
+from .gguf_tokenizer import LLAMA2C_TOKENIZER_FILE, gguf_chat_template, gguf_llama2c_tokenizer, gguf_tokenizer
 from .llama_graph import build_llama_graph
 from .onnx_save import save_onnx
 
@@ -24,6 +26,8 @@ def export_gguf(gguf_path, onnx_path, external_data):
     """Writes OUT.onnx (+ .data), tokenizer.json and, when the file has one, chat_template.jinja.
     Returns the config read from the metadata. Raises GgufError for what it cannot export."""
     reader = open_gguf(gguf_path)
+    if gguf_architecture(reader) == "gemma3":
+        return _export_gemma3(reader, gguf_path, onnx_path, external_data)
     tokenizer = gguf_tokenizer(reader)
     template = gguf_chat_template(reader)
     config, weights = read_gguf_llama(reader, gguf_path)
@@ -33,17 +37,37 @@ def export_gguf(gguf_path, onnx_path, external_data):
     save_onnx(build_llama_graph(config, weights), onnx_path, external_data)
     out_dir = Path(onnx_path).parent
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
+    _write_template(out_dir, template)
+    return config
+
+
+def tokenizer_file(config):
+    """The tokenizer file export_gguf wrote for the model of config (its return value)."""
+    return LLAMA2C_TOKENIZER_FILE if config.get("architecture") == "gemma3" else TOKENIZER_FILE
+
+
+def _export_gemma3(reader, gguf_path, onnx_path, external_data):
+    template = gguf_chat_template(reader)
+    tokenizer = gguf_llama2c_tokenizer(reader)
+    config, weights = read_gguf_gemma3(reader, gguf_path)
+    save_onnx(build_gemma3_graph(config, weights), onnx_path, external_data)
+    out_dir = Path(onnx_path).parent
+    (out_dir / LLAMA2C_TOKENIZER_FILE).write_bytes(tokenizer)
+    _write_template(out_dir, template)
+    return {**config, "architecture": "gemma3"}
+
+
+def _write_template(out_dir, template):
     template_path = out_dir / CHAT_TEMPLATE_FILE
     if template is not None:
         template_path.write_text(template)
     else:
         template_path.unlink(missing_ok=True)  # a stale one would belong to another model
-    return config
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("gguf", help="Llama GGUF file")
+    parser.add_argument("gguf", help="Llama or Gemma 3 GGUF file")
     parser.add_argument("-o", "--output", required=True, help="ONNX file to write")
     parser.add_argument("--external-data", action="store_true", help="weights in OUT.onnx.data")
     args = parser.parse_args(argv)

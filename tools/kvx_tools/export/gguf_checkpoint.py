@@ -129,3 +129,83 @@ def _check_shapes(path, config, shapes):
     for name, shape in expected_tensor_shapes(layout).items():
         if name in shapes and shapes[name] != shape:
             raise GgufError(f"{path}: {name} has shape {list(shapes[name])}, the metadata implies {list(shape)}")
+
+
+GEMMA3_LAYER_TENSORS = {  # GGUF name inside blk.{i} -> gemma3_graph name inside layers.{i}
+    "attn_norm": "attn_norm", "attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo",
+    "attn_q_norm": "q_norm", "attn_k_norm": "k_norm", "post_attention_norm": "post_attn_norm",
+    "ffn_norm": "ffn_norm", "ffn_gate": "w_gate", "ffn_up": "w_up", "ffn_down": "w_down", "post_ffw_norm": "post_ffn_norm",
+}
+GEMMA3_SWA_PATTERN = 6  # llama.cpp's for gemma3: every 6th layer global, the others sliding
+GEMMA3_ROPE_BASE_LOCAL = 10000.0  # llama.cpp's default for gemma3 when the file has no freq_base_swa
+
+
+def _gemma3_config(reader):
+    a = "gemma3"
+    scaling = metadata_str(reader, f"{a}.rope.scaling.type", "none")
+    if scaling not in ("none", "linear") or (scaling == "linear" and
+                                             metadata_float(reader, f"{a}.rope.scaling.factor", 1.0) != 1.0):
+        raise GgufError(f"GGUF RoPE scaling '{scaling}' is not supported (kvx has plain RoPE only)")
+    dim = metadata_int(reader, f"{a}.embedding_length")
+    n_heads = metadata_int(reader, f"{a}.attention.head_count")
+    n_kv_heads = metadata_int(reader, f"{a}.attention.head_count_kv", n_heads)
+    head_dim = metadata_int(reader, f"{a}.attention.key_length", max(dim // n_heads, 1))
+    if metadata_int(reader, f"{a}.attention.value_length", head_dim) != head_dim or head_dim % 2 \
+            or n_heads % n_kv_heads:
+        raise GgufError(f"head_dim {head_dim} must be even and equal for keys and values, head_count {n_heads} a "
+                        f"multiple of head_count_kv {n_kv_heads}")
+    n_layers = metadata_int(reader, f"{a}.block_count")
+    if n_layers * len(GEMMA3_LAYER_TENSORS) > len(reader.tensors):
+        raise GgufError(f"GGUF block_count {n_layers} needs {n_layers * len(GEMMA3_LAYER_TENSORS)} layer tensors, "
+                        f"the file has {len(reader.tensors)} tensors in all")
+    # llama.cpp: 1/sqrt(head_dim) for every size but 27B, which scales by 1/sqrt(dim / n_heads)
+    return {
+        "dim": dim,
+        "hidden_dim": metadata_int(reader, f"{a}.feed_forward_length"),
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv_heads,
+        "head_dim": head_dim,
+        "max_seq_len": metadata_int(reader, f"{a}.context_length"),
+        "norm_eps": metadata_float(reader, f"{a}.attention.layer_norm_rms_epsilon"),
+        "rope_theta": metadata_float(reader, f"{a}.rope.freq_base", 1000000.0),
+        "rope_theta_local": metadata_float(reader, f"{a}.rope.freq_base_swa", GEMMA3_ROPE_BASE_LOCAL),
+        "sliding_window": metadata_int(reader, f"{a}.attention.sliding_window"),
+        "window_layers": [i for i in range(n_layers) if i % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1],
+        "embedding_scale": float(np.float32(np.sqrt(dim))),  # llama.cpp scales by sqrtf(n_embd)
+        "attention_scale": float(np.float32(1.0 / np.sqrt(head_dim))),
+        "bos_token_id": metadata_int(reader, "tokenizer.ggml.bos_token_id", minimum=0),
+        "eos_token_ids": [metadata_int(reader, "tokenizer.ggml.eos_token_id", minimum=0)],
+    }
+
+
+def gguf_architecture(reader):
+    return metadata_str(reader, "general.architecture")
+
+
+def read_gguf_gemma3(reader, path):
+    """reader: open_gguf(path) of a GGUF file of architecture gemma3 (text only). Returns (config, weights) for
+    gemma3_graph.build_gemma3_graph. Weights are used as stored: llama.cpp neither permutes Gemma's Q/K rows
+    (its Gemma RoPE is NeoX's, HF's rotate-half) nor leaves the norms as w (it stores 1 + w)."""
+    config = _gemma3_config(reader)
+    tensors = {t.name: t for t in reader.tensors}
+    gguf_to_kvx = {"token_embd.weight": "tok_embeddings", "output_norm.weight": "final_norm"}
+    if "output.weight" in tensors:
+        gguf_to_kvx["output.weight"] = "classifier"
+    for i in range(config["n_layers"]):
+        for gguf_name, name in GEMMA3_LAYER_TENSORS.items():
+            gguf_to_kvx[f"blk.{i}.{gguf_name}.weight"] = f"layers.{i}.{name}"
+    missing = sorted(set(gguf_to_kvx) - set(tensors))
+    if missing:
+        raise GgufError(f"{path}: tensors missing for a {config['n_layers']}-layer Gemma 3: {', '.join(missing[:4])}")
+    shapes = {name: _numpy_shape(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
+    config["vocab_size"] = shapes["tok_embeddings"][0] if len(shapes["tok_embeddings"]) == 2 else 0
+    if config["vocab_size"] < 1:
+        raise GgufError(f"{path}: token_embd.weight has shape {list(shapes['tok_embeddings'])}, not [vocab, dim]")
+    layout = {"architecture": "gemma", **config, "tied_embeddings": "classifier" not in shapes, "qk_norm": True,
+              "norm_placement": "sandwich"}
+    for name, shape in expected_tensor_shapes(layout).items():
+        if name in shapes and shapes[name] != shape:
+            raise GgufError(f"{path}: {name} has shape {list(shapes[name])}, the metadata implies {list(shape)}")
+    weights = {name: _dequantized(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
+    return config, weights

@@ -9,7 +9,7 @@ guessed, since a wrong pre-tokenizer splits text differently without any error.
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-from .gguf_metadata import GgufError, metadata_list, metadata_str
+from .gguf_metadata import GgufError, metadata_list, metadata_str, metadata_value
 
 TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
@@ -67,3 +67,30 @@ def gguf_chat_template(reader):
     if "tokenizer.chat_template" not in reader.fields:
         return None
     return metadata_str(reader, "tokenizer.chat_template")
+
+
+LLAMA2C_TOKENIZER_FILE = "tokenizer.bin"
+
+
+def gguf_llama2c_tokenizer(reader):
+    """The bytes of a llama2.c tokenizer.bin for a GGUF SentencePiece vocabulary (tokenizer.ggml.model
+    "llama": pieces with scores, '▁' for a space, <0xXX> byte-fallback pieces), kvx's tokenizer of that kind.
+    Layout: int32 max piece bytes, then per token float32 score, int32 byte length, the bytes; '▁' becomes
+    a space as llama2.c's tokenizer export writes it.
+
+    What kvx's llama2c tokenizer does that a file may not ask for: it puts a space before the text
+    (SentencePiece's add_dummy_prefix). Gemma's files say tokenizer.ggml.add_space_prefix = false, so kvx's
+    ids for a text then begin with an extra '▁' where llama.cpp's do not (docs/model-format.md)."""
+    import struct
+    kind = metadata_str(reader, "tokenizer.ggml.model")
+    if kind != "llama":
+        raise GgufError(f"GGUF tokenizer model '{kind}' is not a SentencePiece ('llama') vocabulary")
+    tokens = metadata_list(reader, "tokenizer.ggml.tokens", str)
+    scores = metadata_value(reader, "tokenizer.ggml.scores")
+    if not isinstance(scores, list) or len(scores) != len(tokens):
+        raise GgufError(f"GGUF tokenizer.ggml.scores does not give one score per token ({len(tokens)})")
+    pieces = [t.replace("\u2581", " ").encode("utf-8") for t in tokens]
+    out = [struct.pack("<i", max(len(p) for p in pieces))]
+    for piece, score in zip(pieces, scores):
+        out.append(struct.pack("<fi", float(score), len(piece)) + piece)
+    return b"".join(out)
