@@ -71,7 +71,9 @@ struct CudaBackend::State {
     // Activations, grown to the largest batch seen (growth moves them: generation changes).
     int32_t scratch_rows = 0;
     DeviceBuffer<float> x, xn, q, k, v, att, gate, up, proj;  // [rows][dim | q_dim | kv_dim | hidden_dim]
-    DeviceBuffer<float> rope_cos, rope_sin;                   // [rows][head_dim / 2]
+    DeviceBuffer<float> attn_out;                             // [rows][dim] parallel residual only
+    DeviceBuffer<float> rope_cos, rope_sin;                   // [rows][rotary_dim / 2]
+    DeviceBuffer<float> rope_cos_local, rope_sin_local;       // [rows][rotary_dim / 2] rope_local_layers only
     DeviceBuffer<uint16_t> x_f16;                             // [rows][widest input] fp16 copy for GemmEx
     DeviceBuffer<float> logits;                               // [rows][vocab_size]
     DeviceBuffer<float> attention_workspace;                  // [attention_workspace_floats(...)]
@@ -86,6 +88,9 @@ struct CudaBackend::State {
     void linear(float* out, const float* in, const DeviceLinear& l, int n);
     void norm(float* out, const float* in, const DeviceNorm& w, int n);
     void add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n);
+    void attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
+                         const std::vector<AttentionPartitions>& partitions, float* out);
+    void mlp_block(const DeviceLayer& w, int n, float* out);
     void run_pass(const ForwardBatch& batch);  // enqueues the pass; its logits end in `logits`
     void enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                          const std::vector<AttentionPartitions>& partitions);
@@ -108,8 +113,11 @@ void CudaBackend::State::ensure_scratch(int32_t rows, size_t workspace_floats) {
     gate.resize(n * w.gate);
     up.resize(n * w.hidden);
     proj.resize(n * w.residual);
+    attn_out.resize(n * w.attn_out);
     rope_cos.resize(n * w.rope);
     rope_sin.resize(n * w.rope);
+    rope_cos_local.resize(n * w.rope_local);
+    rope_sin_local.resize(n * w.rope_local);
     x_f16.resize(n * w.widest_input);
     logits.resize(n * w.logits);
     scratch_rows = static_cast<int32_t>(n);
@@ -150,95 +158,129 @@ void CudaBackend::State::add_norm(float* out, float* residual, const float* delt
         add_layernorm(out, residual, delta, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
 }
 
+// out [n][dim] = the attention block's output for the residual stream, from the normalised xn: q, k, v (q
+// and k RMS-normed per head where the model says), RoPE with the layer's table over the rotated dims, the
+// new K/V appended, paged attention (soft-capped where the plan says), wo, and the post-attention norm for
+// sandwich norms. The CPU backend's attention_block, launch for launch.
+void CudaBackend::State::attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
+                                         const std::vector<AttentionPartitions>& partitions, float* out) {
+    const ModelConfig& c = model.config;
+    const DeviceLayer& w = weights.layers[layer];
+    const int n = shape.n_rows;
+    linear(q.data(), xn.data(), w.wq, n);
+    linear(k.data(), xn.data(), w.wk, n);
+    linear(v.data(), xn.data(), w.wv, n);
+    if (c.qk_norm) {  // each head a row of width head_dim, in place
+        rmsnorm(q.data(), q.data(), w.q_norm.weight, n * c.n_heads, c.head_dim, c.norm_eps, stream);
+        rmsnorm(k.data(), k.data(), w.k_norm.weight, n * c.n_kv_heads, c.head_dim, c.norm_eps, stream);
+    }
+    if (c.traits.rotary()) {
+        const bool local = std::binary_search(c.rope_local_layers.begin(), c.rope_local_layers.end(), static_cast<int>(layer));
+        const float* cos = local ? rope_cos_local.data() : rope_cos.data();
+        const float* sin = local ? rope_sin_local.data() : rope_sin.data();
+        rope(q.data(), cos, sin, n, c.n_heads, c.head_dim, c.rotated_dims(), stream);
+        rope(k.data(), cos, sin, n, c.n_kv_heads, c.head_dim, c.rotated_dims(), stream);
+    }
+    const KvLayout& kv = plan->kv();
+    const size_t g = kv.layer_group[layer];
+    kv_append(k_cache[layer].data(), v_cache[layer].data(), kv.dtype, k.data(), v.data(), b.slots[g], n, c.n_kv_heads,
+              c.head_dim, kv.block_size, stream);
+
+    PagedAttentionArgs a = plan->attention_args(layer, shape.table_strides[g]);  // scale and soft-cap included
+    a.q = q.data();
+    a.k_cache = k_cache[layer].data();
+    a.v_cache = v_cache[layer].data();
+    a.block_tables = b.block_tables[g];
+    a.row_seq = b.row_seq;
+    a.row_pos = b.positions;
+    a.out = att.data();
+    a.n_rows = n;
+    paged_attention(a, b.tiles, shape.n_tiles, partitions[g], attention_workspace.data(), stream);
+    linear(out, att.data(), w.wo, n);
+    if (c.sandwich_norms) norm(out, out, w.post_attn_norm, n);
+}
+
+// out [n][dim] = the MLP block's output from the normalised xn, through the post-feedforward norm for sandwich
+// norms. The CPU backend's mlp_block.
+void CudaBackend::State::mlp_block(const DeviceLayer& w, int n, float* out) {
+    const ModelConfig& c = model.config;
+    const int64_t inner = int64_t{n} * c.hidden_dim;
+    switch (c.traits.mlp) {
+    case MlpKind::swiglu:
+        linear(up.data(), xn.data(), w.w_up, n);
+        linear(gate.data(), xn.data(), w.w_gate, n);
+        swiglu(up.data(), gate.data(), up.data(), inner, stream);
+        break;
+    case MlpKind::geglu_tanh:
+        linear(up.data(), xn.data(), w.w_up, n);
+        linear(gate.data(), xn.data(), w.w_gate, n);
+        geglu_tanh(up.data(), gate.data(), up.data(), inner, stream);
+        break;
+    case MlpKind::gelu_tanh:
+        linear(up.data(), xn.data(), w.w_up, n);
+        gelu_tanh(up.data(), up.data(), inner, stream);
+        break;
+    case MlpKind::gelu_erf:
+        linear(up.data(), xn.data(), w.w_up, n);
+        gelu_erf(up.data(), up.data(), inner, stream);
+        break;
+    }
+    linear(out, up.data(), w.w_down, n);
+    if (c.sandwich_norms) norm(out, out, w.post_ffn_norm, n);
+}
+
 // The whole pass, every launch on `stream` and every address fixed by the shape and the generation, so
-// that it can be captured as one graph.
+// that it can be captured as one graph. The CPU backend's forward with the residual adds fused into the
+// next norm: a block's output waits in proj and joins x in the add_norm before the next block.
 void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                                                 const std::vector<AttentionPartitions>& partitions) {
     const ModelConfig& c = model.config;
     const ArchitectureTraits& t = c.traits;
     const int n = shape.n_rows;
+    const int64_t width = int64_t{n} * c.dim;
     const DeviceMatrix& pos = weights.pos_embeddings;
-    embed(x.data(), b.tokens, weights.tok_embeddings.data, weights.tok_embeddings.f16,
+    embed(x.data(), b.tokens, weights.tok_embeddings.data, weights.tok_embeddings.f16, c.embedding_scale,
           t.learned_positions() ? pos.data : nullptr, pos.f16, b.positions, n, c.dim, stream);
-    if (t.rotary())
-        rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, c.head_dim / 2, stream);
+    if (t.rotary()) {
+        const int half = c.rotated_dims() / 2;
+        rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, half, stream);
+        if (weights.rope_inv_freq_local)
+            rope_tables(rope_cos_local.data(), rope_sin_local.data(), b.positions, weights.rope_inv_freq_local, n,
+                        half, stream);
+    }
 
     for (size_t layer = 0; layer < weights.layers.size(); ++layer) {
         const DeviceLayer& w = weights.layers[layer];
-        // The previous layer's MLP output joins the residual stream in the same pass as this norm.
+        // The previous layer's output joins the residual stream in the same pass as this norm.
         if (layer == 0)
             norm(xn.data(), x.data(), w.attn_norm, n);
         else
             add_norm(xn.data(), x.data(), proj.data(), w.attn_norm, n);
-        linear(q.data(), xn.data(), w.wq, n);
-        linear(k.data(), xn.data(), w.wk, n);
-        linear(v.data(), xn.data(), w.wv, n);
-        if (t.rotary()) {
-            rope(q.data(), rope_cos.data(), rope_sin.data(), n, c.n_heads, c.head_dim, stream);
-            rope(k.data(), rope_cos.data(), rope_sin.data(), n, c.n_kv_heads, c.head_dim, stream);
+        if (c.parallel_residual) {
+            // x + (mlp(ffn_norm(x)) + attn(attn_norm(x))), HF GPT-NeoX's order of adds: both norms of the same
+            // x, the sum of the two outputs joining x at the next add_norm.
+            attention_block(layer, b, shape, partitions, attn_out.data());
+            norm(xn.data(), x.data(), w.ffn_norm, n);
+            mlp_block(w, n, proj.data());
+            add(proj.data(), attn_out.data(), width, stream);
+            continue;
         }
-        const KvLayout& kv = plan->kv();
-        const size_t g = kv.layer_group[layer];
-        kv_append(k_cache[layer].data(), v_cache[layer].data(), kv.dtype, k.data(), v.data(), b.slots[g], n,
-                  c.n_kv_heads, c.head_dim, kv.block_size, stream);
-
-        PagedAttentionArgs a = plan->attention_args(layer, shape.table_strides[g]);
-        a.q = q.data();
-        a.k_cache = k_cache[layer].data();
-        a.v_cache = v_cache[layer].data();
-        a.block_tables = b.block_tables[g];
-        a.row_seq = b.row_seq;
-        a.row_pos = b.positions;
-        a.out = att.data();
-        a.n_rows = n;
-        paged_attention(a, b.tiles, shape.n_tiles, partitions[g], attention_workspace.data(), stream);
-        linear(proj.data(), att.data(), w.wo, n);
-
+        attention_block(layer, b, shape, partitions, proj.data());
         add_norm(xn.data(), x.data(), proj.data(), w.ffn_norm, n);
-        if (t.gated_mlp()) {
-            linear(up.data(), xn.data(), w.w_up, n);
-            linear(gate.data(), xn.data(), w.w_gate, n);
-            swiglu(up.data(), gate.data(), up.data(), int64_t{n} * c.hidden_dim, stream);
-        } else {
-            linear(up.data(), xn.data(), w.w_up, n);
-            gelu_tanh(up.data(), up.data(), int64_t{n} * c.hidden_dim, stream);
-        }
-        linear(proj.data(), up.data(), w.w_down, n);
+        mlp_block(w, n, proj.data());
     }
-    add(x.data(), proj.data(), int64_t{n} * c.dim, stream);
+    add(x.data(), proj.data(), width, stream);
 
     // Only the rows whose logits are wanted go through the final norm and the classifier.
     const int n_out = shape.n_logit_rows;
     gather_rows(proj.data(), x.data(), b.logit_rows, n_out, c.dim, stream);
     norm(xn.data(), proj.data(), weights.final_norm, n_out);
     linear(logits.data(), xn.data(), DeviceLinear{weights.classifier, nullptr}, n_out);
+    if (c.final_logit_softcap > 0) softcap(logits.data(), int64_t{n_out} * c.vocab_size, c.final_logit_softcap, stream);
 }
-
-namespace {
-
-// The layer options (model_config.h) the CUDA pass does not compute yet, first one first, or empty. Refused
-// rather than run wrongly; the norm weight offset (folded at load) and the attention scale (the plan's)
-// need nothing of the pass and are not listed.
-std::string first_option_cuda_lacks(const ModelConfig& c) {
-    if (c.traits.mlp == MlpKind::geglu_tanh) return "MLP 'geglu_tanh'";
-    if (c.traits.mlp == MlpKind::gelu_erf) return "MLP 'gelu'";
-    if (c.qk_norm) return "qk_norm";
-    if (c.sandwich_norms) return "norm_placement 'sandwich'";
-    if (c.parallel_residual) return "residual 'parallel'";
-    if (c.rotated_dims() != c.head_dim) return "rotary_dim below head_dim";
-    if (!c.rope_local_layers.empty()) return "rope_local_layers";
-    if (c.embedding_scale != 1.0f) return "embedding_scale";
-    if (c.attn_logit_softcap > 0) return "attn_logit_softcap";
-    if (c.final_logit_softcap > 0) return "final_logit_softcap";
-    return {};
-}
-
-}  // namespace
 
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options) {
     const ModelConfig& c = model.config;
-    if (const std::string lacks = first_option_cuda_lacks(c); !lacks.empty())
-        throw Error("--device cuda: this model's " + lacks + " is not implemented on the CUDA backend yet (use --device cpu)");
     if (c.head_dim > kMaxHeadDim)
         throw Error("--device cuda: head_dim " + std::to_string(c.head_dim) + " is beyond the CUDA attention kernel's " +
                     std::to_string(kMaxHeadDim));

@@ -10,7 +10,10 @@ DeviceWeights::DeviceWeights(const Model& model) {
     const ModelConfig& c = model.config;
     tok_embeddings = matrix(model.tok_embeddings, "token embeddings");
     if (c.traits.learned_positions()) pos_embeddings = matrix(model.pos_embeddings, "position embeddings");
-    if (c.traits.rotary()) rope_inv_freq = vector(model.rope_inv_freq, c.head_dim / 2, "rope_inv_freq");
+    if (c.traits.rotary()) {
+        rope_inv_freq = vector(model.rope_inv_freq, c.rotated_dims() / 2, "rope_inv_freq");
+        rope_inv_freq_local = vector(model.rope_inv_freq_local, c.rotated_dims() / 2, "rope_inv_freq_local");
+    }
     const size_t embedding_bytes = bytes_;
     layers.reserve(model.layers.size());
     for (const LayerWeights& w : model.layers) {
@@ -20,10 +23,15 @@ DeviceWeights::DeviceWeights(const Model& model) {
         d.wk = linear(w.wk, "wk");
         d.wv = linear(w.wv, "wv");
         d.wo = linear(w.wo, "wo");
+        // Absent norms (null host weights) stay null here: vector() uploads nothing for them.
+        d.q_norm = norm(w.q_norm, c.head_dim, "q norm");
+        d.k_norm = norm(w.k_norm, c.head_dim, "k norm");
+        d.post_attn_norm = norm(w.post_attn_norm, c.dim, "post-attention norm");
         d.ffn_norm = norm(w.ffn_norm, c.dim, "ffn norm");
         if (c.traits.gated_mlp()) d.w_gate = linear(w.w_gate, "w_gate");
         d.w_up = linear(w.w_up, "w_up");
         d.w_down = linear(w.w_down, "w_down");
+        d.post_ffn_norm = norm(w.post_ffn_norm, c.dim, "post-feedforward norm");
     }
     final_norm = norm(model.final_norm, c.dim, "final norm");
     classifier = matrix(model.classifier, "classifier");

@@ -33,8 +33,11 @@ struct DeviceNorm {
 struct DeviceLayer {
     DeviceNorm attn_norm;
     DeviceLinear wq, wk, wv, wo;
+    DeviceNorm q_norm, k_norm;                // [head_dim], qk_norm only
+    DeviceNorm post_attn_norm;                // sandwich norms only
     DeviceNorm ffn_norm;
     DeviceLinear w_gate, w_up, w_down;  // w_gate empty without a gated MLP
+    DeviceNorm post_ffn_norm;                 // sandwich norms only
 };
 
 class DeviceWeights {
@@ -44,7 +47,8 @@ public:
 
     DeviceMatrix tok_embeddings;
     DeviceMatrix pos_embeddings;          // learned positions only
-    const float* rope_inv_freq = nullptr; // [head_dim / 2], rotary positions only
+    const float* rope_inv_freq = nullptr; // [rotary_dim / 2], rotary positions only
+    const float* rope_inv_freq_local = nullptr;  // [rotary_dim / 2], for config.rope_local_layers only
     std::vector<DeviceLayer> layers;
     DeviceNorm final_norm;
     DeviceMatrix classifier;              // [vocab_size][dim]

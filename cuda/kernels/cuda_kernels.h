@@ -36,18 +36,25 @@ void add_layernorm(float* out, float* x, const float* y, const float* weight, co
 // computes them on the host (inv_freq [half]).
 void rope_tables(float* cos, float* sin, const int32_t* positions, const float* inv_freq, int n_rows, int half,
                  cudaStream_t stream);
-// KernelTable::rope: x [n_rows][n_heads][head_dim] rotated in place with the tables above.
-void rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, cudaStream_t stream);
+// KernelTable::rope: x [n_rows][n_heads][head_dim], the first rotary_dim (<= head_dim; the config's is even)
+// elements of each head rotated in place with the tables above (half = rotary_dim / 2), the rest left as they are.
+void rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, int rotary_dim,
+          cudaStream_t stream);
 
 void swiglu(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
+void geglu_tanh(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
 void gelu_tanh(float* out, const float* x, int64_t n, cudaStream_t stream);
+void gelu_erf(float* out, const float* x, int64_t n, cudaStream_t stream);
+// KernelTable::softcap: x[i] = cap * tanh(x[i] / cap) in place, cap > 0 (Gemma 2's final logits).
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void add_bias(float* x, const float* bias, int n, int d, cudaStream_t stream);
 
-// x [n_rows][dim] = table[tokens[r]] as fp32 (+ pos_table[positions[r]] when pos_table is not null: GPT-2's
-// learned positions). Both tables [rows][dim], fp32 or fp16 bits as table_f16 / pos_f16 say.
-void embed(float* x, const int32_t* tokens, const void* table, bool table_f16, const void* pos_table, bool pos_f16,
-           const int32_t* positions, int n_rows, int dim, cudaStream_t stream);
+// x [n_rows][dim] = table[tokens[r]] as fp32 times scale (one fp32 product; Gemma's embedding scale, else 1)
+// (+ pos_table[positions[r]] when pos_table is not null: GPT-2's learned positions). Both tables [rows][dim],
+// fp32 or fp16 bits as table_f16 / pos_f16 say.
+void embed(float* x, const int32_t* tokens, const void* table, bool table_f16, float scale, const void* pos_table,
+           bool pos_f16, const int32_t* positions, int n_rows, int dim, cudaStream_t stream);
 
 // out [n][d] = x [rows[i]][d]: the rows whose logits are wanted, before the final norm.
 void gather_rows(float* out, const float* x, const int32_t* rows, int n, int d, cudaStream_t stream);

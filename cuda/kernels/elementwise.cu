@@ -16,7 +16,7 @@
 //         pass 3   out = normalised x * weight (+ bias), the row re-read
 //       A row is at most a few tens of KiB, so the re-reads hit L1/L2: DRAM sees x and y read once, x and out
 //       written once. Sums are fp32 (per-thread partials, then warp shuffles, then one warp over the warps).
-//   rope_tables, rope, swiglu, gelu_tanh, add, add_bias, f32_to_f16
+//   rope_tables, rope, swiglu, geglu_tanh, gelu_tanh, gelu_erf, softcap, add, add_bias, f32_to_f16
 //       Grid-stride loops over items (grid_stride_blocks x 256 threads); the scalar tail of a vectorised
 //       array (its last n % 4 elements) is a second loop of the same kernel.
 //   embed, gather_rows
@@ -25,9 +25,10 @@
 // Shared memory: the norms' partials [kBlockSumSlots] floats (one per warp and the broadcast total), reused
 // by both of layernorm's reductions. Nothing else here uses shared memory.
 //
-// Arithmetic: fp32 with expf / sqrtf / sincosf (never the __expf intrinsics), which keeps every result within
-// the tests' 1e-5 of the double-precision reference; silu and GELU take the overflow-free forms of the CPU
-// kernels (cpu/kernels/elementwise.inc), so that very negative inputs keep their tiny outputs as the reference does.
+// Arithmetic: fp32 with expf / erfcf / tanhf / sqrtf / sincosf (never the __expf intrinsics), which keeps every
+// result within the tests' 1e-5 of the double-precision reference; silu and the tanh GELU take the
+// overflow-free forms of the CPU kernels (cpu/kernels/elementwise.inc), and the erf GELU is 0.5 x erfc(-x / sqrt 2),
+// so that very negative inputs keep their tiny outputs as the reference does.
 #include <cstdint>
 #include <initializer_list>
 
@@ -152,10 +153,12 @@ __global__ void rope_tables_kernel(float* cos, float* sin, const int32_t* positi
     }
 }
 
-// One item = kVec consecutive pairs (j, j + half) of one head; items [n_rows][n_heads][half / kVec].
+// One item = kVec consecutive pairs (j, j + half) of one head, half = rotary_dim / 2; items
+// [n_rows][n_heads][half / kVec]. Elements rotary_dim .. head_dim of each head (partial rotary) are not touched.
 template <int kVec>
-__global__ void rope_kernel(float* x, const float* cos, const float* sin, int n_heads, int head_dim, int64_t total) {
-    const int half = head_dim / 2;
+__global__ void rope_kernel(float* x, const float* cos, const float* sin, int n_heads, int head_dim, int rotary_dim,
+                            int64_t total) {
+    const int half = rotary_dim / 2;
     const int per_head = half / kVec;
     for (int64_t idx = grid_thread(); idx < total; idx += grid_threads()) {
         const int64_t row_head = idx / per_head;  // r * n_heads + h
@@ -202,6 +205,26 @@ struct GeluTanhOp {
     }
 };
 
+// GeGLU (Gemma): gelu_tanh(g) * u, GeluTanhOp's form times u.
+struct GegluTanhOp {
+    static constexpr bool kBinary = true;
+    __device__ float operator()(float g, float u) const { return GeluTanhOp{}(g, 0.0f) * u; }
+};
+
+// The exact GELU (GPT-NeoX's "gelu"): 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2). erfc keeps the
+// small outputs of very negative x, where 1 + erff(...) cancels to a few ulps of 1 or to 0.
+struct GeluErfOp {
+    static constexpr bool kBinary = false;
+    __device__ float operator()(float x, float) const { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+};
+
+// Soft-cap (Gemma 2's final logits): cap * tanh(x / cap).
+struct SoftcapOp {
+    static constexpr bool kBinary = false;
+    float cap;
+    __device__ float operator()(float x, float) const { return cap * tanhf(x / cap); }
+};
+
 struct AddOp {
     static constexpr bool kBinary = true;
     __device__ float operator()(float a, float b) const { return a + b; }
@@ -223,12 +246,13 @@ __global__ void map_kernel(float* out, const float* a, const float* b, int64_t n
 }
 
 template <class Op>
-void launch_map(const char* name, float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
+void launch_map(const char* name, float* out, const float* a, const float* b, int64_t n, cudaStream_t stream,
+                Op op = {}) {
     require(n >= 0, name, "negative element count");
     if (n == 0) return;
     const bool vectorised = all_aligned(16, {out, a, b});
     const int64_t items = vectorised ? n / 4 + n % 4 : n;
-    map_kernel<<<grid_stride_blocks(items, kThreads), kThreads, 0, stream>>>(out, a, b, n, vectorised, Op{});
+    map_kernel<<<grid_stride_blocks(items, kThreads), kThreads, 0, stream>>>(out, a, b, n, vectorised, op);
     check_launch(name);
 }
 
@@ -266,16 +290,20 @@ __device__ __forceinline__ void load_table_item(const void* table, bool f16, int
         load_floats<kVec>(static_cast<const float*>(table) + at, v);
 }
 
-// Block r: x[r] = table[tokens[r]] (+ pos_table[positions[r]]), items of kVec elements.
+// Block r: x[r] = table[tokens[r]] * scale (+ pos_table[positions[r]]), items of kVec elements.
 template <int kVec>
-__global__ void embed_kernel(float* x, const int32_t* tokens, const void* table, bool table_f16, const void* pos_table,
-                             bool pos_f16, const int32_t* positions, int dim) {
+__global__ void embed_kernel(float* x, const int32_t* tokens, const void* table, bool table_f16, float scale,
+                             const void* pos_table, bool pos_f16, const int32_t* positions, int dim) {
     const int64_t r = blockIdx.x;
     const int64_t token_row = static_cast<int64_t>(tokens[r]) * dim;
     const int64_t pos_row = pos_table ? static_cast<int64_t>(positions[r]) * dim : 0;
     for (int i = static_cast<int>(threadIdx.x) * kVec; i < dim; i += static_cast<int>(blockDim.x) * kVec) {
         float v[kVec];
         load_table_item<kVec>(table, table_f16, token_row + i, v);
+        if (scale != 1.0f) {
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) v[e] *= scale;  // the host's one fp32 product
+        }
         if (pos_table) {
             float p[kVec];
             load_table_item<kVec>(pos_table, pos_f16, pos_row + i, p);
@@ -327,16 +355,22 @@ void rope_tables(float* cos, float* sin, const int32_t* positions, const float* 
     check_launch("rope_tables");
 }
 
-void rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, cudaStream_t stream) {
+void rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, int rotary_dim,
+          cudaStream_t stream) {
     require(n_rows >= 0 && n_heads >= 0 && head_dim >= 0, "rope", "negative row count, head count or head_dim");
-    const int half = head_dim / 2;
+    // As the reference: half = rotary_dim / 2 pairs (an odd last element, as of an odd head_dim, passes through).
+    require(rotary_dim >= 0 && rotary_dim <= head_dim, "rope", "rotary_dim must be 0..head_dim");
+    const int half = rotary_dim / 2;
     const int64_t pairs = int64_t{n_rows} * n_heads * half;
     if (pairs == 0) return;
-    if (half % 4 == 0 && all_aligned(16, {x, cos, sin})) {
+    // Vectorised: whole float4s of pairs, and every head (stride head_dim) and table row (stride half) starting
+    // 16-byte aligned.
+    if (half % 4 == 0 && head_dim % 4 == 0 && all_aligned(16, {x, cos, sin})) {
         rope_kernel<4><<<grid_stride_blocks(pairs / 4, kThreads), kThreads, 0, stream>>>(x, cos, sin, n_heads, head_dim,
-                                                                                         pairs / 4);
+                                                                                         rotary_dim, pairs / 4);
     } else {
-        rope_kernel<1><<<grid_stride_blocks(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, n_heads, head_dim, pairs);
+        rope_kernel<1><<<grid_stride_blocks(pairs, kThreads), kThreads, 0, stream>>>(x, cos, sin, n_heads, head_dim,
+                                                                                     rotary_dim, pairs);
     }
     check_launch("rope");
 }
@@ -347,6 +381,19 @@ void swiglu(float* out, const float* gate, const float* up, int64_t n, cudaStrea
 
 void gelu_tanh(float* out, const float* x, int64_t n, cudaStream_t stream) {
     launch_map<GeluTanhOp>("gelu_tanh", out, x, nullptr, n, stream);
+}
+
+void geglu_tanh(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream) {
+    launch_map<GegluTanhOp>("geglu_tanh", out, gate, up, n, stream);
+}
+
+void gelu_erf(float* out, const float* x, int64_t n, cudaStream_t stream) {
+    launch_map<GeluErfOp>("gelu_erf", out, x, nullptr, n, stream);
+}
+
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+    require(cap > 0.0f, "softcap", "the cap must be positive");
+    launch_map<SoftcapOp>("softcap", x, x, nullptr, n, stream, SoftcapOp{cap});
 }
 
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) { launch_map<AddOp>("add", x, x, y, n, stream); }
@@ -362,19 +409,19 @@ void add_bias(float* x, const float* bias, int n, int d, cudaStream_t stream) {
     check_launch("add_bias");
 }
 
-void embed(float* x, const int32_t* tokens, const void* table, bool table_f16, const void* pos_table, bool pos_f16,
-           const int32_t* positions, int n_rows, int dim, cudaStream_t stream) {
+void embed(float* x, const int32_t* tokens, const void* table, bool table_f16, float scale, const void* pos_table,
+           bool pos_f16, const int32_t* positions, int n_rows, int dim, cudaStream_t stream) {
     require(n_rows >= 0 && dim >= 0, "embed", "negative row count or width");
     if (n_rows == 0 || dim == 0) return;
     const bool vec = dim % 4 == 0 && is_aligned(x, 16) && is_aligned(table, table_f16 ? 8 : 16) &&
                      is_aligned(pos_table, pos_f16 ? 8 : 16);
     const int threads = row_block_threads(vec ? dim / 4 : dim, kMaxRowCopyThreads);
     if (vec)
-        embed_kernel<4><<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, tokens, table, table_f16, pos_table,
-                                                                               pos_f16, positions, dim);
+        embed_kernel<4><<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, tokens, table, table_f16, scale,
+                                                                               pos_table, pos_f16, positions, dim);
     else
-        embed_kernel<1><<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, tokens, table, table_f16, pos_table,
-                                                                               pos_f16, positions, dim);
+        embed_kernel<1><<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, tokens, table, table_f16, scale,
+                                                                               pos_table, pos_f16, positions, dim);
     check_launch("embed");
 }
 

@@ -108,6 +108,27 @@ TEST_CASE("rmsnorm, layernorm and their fused residual adds match the reference"
             }
         }
     }
+    SECTION("rmsnorm over rows x heads of head_dim normalises each head (qk_norm), in place") {
+        // The backend's q/k norm: q [rows][heads][head_dim] as rows * heads rows of width head_dim, one weight
+        // [head_dim] shared by every head.
+        struct Shape {
+            int rows, heads, head_dim;
+            size_t offset;
+        };
+        for (const Shape& s : {Shape{1, 8, 64, 0}, Shape{5, 4, 128, 0}, Shape{3, 2, 256, 0}, Shape{7, 3, 80, kMisaligned},
+                               Shape{2, 5, 12, 0}, Shape{4, 1, 7, 0}}) {
+            INFO("rows " << s.rows << " heads " << s.heads << " head_dim " << s.head_dim << " offset " << s.offset);
+            const int n = s.rows * s.heads;
+            const size_t count = static_cast<size_t>(n) * static_cast<size_t>(s.head_dim);
+            const std::vector<float> x = random_floats(count, 30, -4.0f, 4.0f);
+            const std::vector<float> weight = random_floats(static_cast<size_t>(s.head_dim), 31, 0.5f, 1.5f);
+            std::vector<float> want(count);
+            reference.rmsnorm(want.data(), x.data(), weight.data(), n, s.head_dim, 1e-6f);
+            OffsetBuffer<float> dx(x, s.offset), dweight(weight, s.offset);
+            kvx::cuda::rmsnorm(dx.data(), dx.data(), dweight.data(), n, s.head_dim, 1e-6f, nullptr);
+            CHECK(relative_error(dx.host(), want) <= kFp32Tolerance);
+        }
+    }
 }
 
 TEST_CASE("rope_tables and rope match the host and the reference") {
@@ -156,14 +177,112 @@ TEST_CASE("rope_tables and rope match the host and the reference") {
             std::vector<float> want = x;
             reference.rope(want.data(), cos.data(), sin.data(), s.n_rows, s.n_heads, s.head_dim, s.head_dim);
             OffsetBuffer<float> dx(x, s.offset), dcos(cos, s.offset), dsin(sin, s.offset);
-            kvx::cuda::rope(dx.data(), dcos.data(), dsin.data(), s.n_rows, s.n_heads, s.head_dim, nullptr);
+            kvx::cuda::rope(dx.data(), dcos.data(), dsin.data(), s.n_rows, s.n_heads, s.head_dim, s.head_dim, nullptr);
             CHECK(relative_error(dx.host(), want) <= kFp32Tolerance);
         }
+    }
+    SECTION("partial rope rotates the first rotary_dim of each head and leaves the rest bit for bit") {
+        // GPT-NeoX's rotary_pct: tables [rows][rotary_dim / 2]; vectorised where rotary_dim / 2 and head_dim
+        // divide by 4, scalar otherwise.
+        struct Shape {
+            int n_rows, n_heads, head_dim, rotary_dim;
+            size_t offset;
+        };
+        const Shape shapes[] = {{2, 3, 64, 16, 0}, {1, 4, 32, 8, 0}, {3, 2, 100, 24, 0},  {2, 2, 64, 32, kMisaligned},
+                                {3, 2, 80, 20, 0}, {2, 3, 48, 2, 0}, {2, 2, 6, 4, 0},      {2, 5, 18, 8, 0},
+                                {4, 2, 128, 64, 0}, {2, 2, 64, 62, 0}};
+        for (const Shape& s : shapes) {
+            INFO("rows " << s.n_rows << " heads " << s.n_heads << " head_dim " << s.head_dim << " rotary_dim "
+                         << s.rotary_dim << " offset " << s.offset);
+            const size_t half = static_cast<size_t>(s.rotary_dim / 2);
+            const size_t count = static_cast<size_t>(s.n_rows) * static_cast<size_t>(s.n_heads) * static_cast<size_t>(s.head_dim);
+            const std::vector<float> x = random_floats(count, 32);
+            std::vector<float> angles = random_floats(static_cast<size_t>(s.n_rows) * half, 33, -10.0f, 10.0f);
+            std::vector<float> cos(angles.size()), sin(angles.size());
+            for (size_t i = 0; i < angles.size(); ++i) {
+                cos[i] = std::cos(angles[i]);
+                sin[i] = std::sin(angles[i]);
+            }
+            std::vector<float> want = x;
+            reference.rope(want.data(), cos.data(), sin.data(), s.n_rows, s.n_heads, s.head_dim, s.rotary_dim);
+            OffsetBuffer<float> dx(x, s.offset), dcos(cos, s.offset), dsin(sin, s.offset);
+            kvx::cuda::rope(dx.data(), dcos.data(), dsin.data(), s.n_rows, s.n_heads, s.head_dim, s.rotary_dim, nullptr);
+            const std::vector<float> got = dx.host();
+            CHECK(relative_error(got, want) <= kFp32Tolerance);
+            std::vector<float> got_tail, want_tail;  // the elements past rotary_dim of every head
+            for (size_t i = 0; i < count; ++i)
+                if (static_cast<int>(i % static_cast<size_t>(s.head_dim)) >= s.rotary_dim) {
+                    got_tail.push_back(got[i]);
+                    want_tail.push_back(x[i]);
+                }
+            CHECK(count_bit_differences(got_tail, want_tail) == 0);
+        }
+        CHECK_THROWS_AS(kvx::cuda::rope(nullptr, nullptr, nullptr, 1, 1, 8, 10, nullptr), kvx::Error);
+        CHECK_THROWS_AS(kvx::cuda::rope(nullptr, nullptr, nullptr, 1, 1, 8, -2, nullptr), kvx::Error);
     }
 }
 
 // Lengths around the vector width, and long enough for several grid-stride rounds of the tail logic.
 const int64_t kMapLengths[] = {1, 3, 4, 5, 1000, 1003};
+
+TEST_CASE("geglu_tanh, gelu_erf and softcap match the reference") {
+    SECTION("geglu_tanh and gelu_erf match the reference over wide ranges, out aliasing an input or not") {
+        for (int64_t n : kMapLengths) {
+            for (size_t offset : {size_t{0}, kMisaligned}) {
+                for (bool aliased : {false, true}) {
+                    INFO("n " << n << " offset " << offset << (aliased ? " in place" : ""));
+                    const size_t count = static_cast<size_t>(n);
+                    const std::vector<float> gate = random_floats(count, 40, -12.0f, 12.0f);
+                    const std::vector<float> up = random_floats(count, 41, -3.0f, 3.0f);
+                    const std::vector<float> x = random_floats(count, 42, -12.0f, 12.0f);
+                    std::vector<float> want_geglu(count), want_gelu(count);
+                    reference.geglu_tanh(want_geglu.data(), gate.data(), up.data(), n);
+                    reference.gelu_erf(want_gelu.data(), x.data(), n);
+
+                    OffsetBuffer<float> dgate(gate, offset), dup(up, offset), dx(x, offset);
+                    OffsetBuffer<float> dout(count, offset);
+                    kvx::cuda::geglu_tanh(aliased ? dgate.data() : dout.data(), dgate.data(), dup.data(), n, nullptr);
+                    CHECK(relative_error(aliased ? dgate.host() : dout.host(), want_geglu) <= kFp32Tolerance);
+                    dout.poison_all();
+                    kvx::cuda::gelu_erf(aliased ? dx.data() : dout.data(), dx.data(), n, nullptr);
+                    CHECK(relative_error(aliased ? dx.host() : dout.host(), want_gelu) <= kFp32Tolerance);
+                }
+            }
+        }
+    }
+    SECTION("gelu_erf keeps the reference's small negative outputs") {
+        // 1 + erff(x / sqrt 2) cancels below x of about -4; the erfc form keeps these outputs to a few ulps.
+        std::vector<float> x;
+        for (float v = -7.0f; v <= -2.0f; v += 0.125f) x.push_back(v);
+        std::vector<float> want(x.size());
+        reference.gelu_erf(want.data(), x.data(), static_cast<int64_t>(x.size()));
+        auto dx = to_device(x);
+        auto dout = poisoned<float>(x.size());
+        kvx::cuda::gelu_erf(dout.data(), dx.data(), static_cast<int64_t>(x.size()), nullptr);
+        const std::vector<float> got = to_host(dout);
+        for (size_t i = 0; i < x.size(); ++i) {
+            INFO("x " << x[i] << " got " << got[i] << " want " << want[i]);
+            CHECK(want[i] < 0.0f);
+            CHECK(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]));
+        }
+    }
+    SECTION("softcap caps in place as the reference does, both paths") {
+        for (int64_t n : kMapLengths) {
+            for (size_t offset : {size_t{0}, kMisaligned}) {
+                for (float cap : {30.0f, 1.0f, 0.25f}) {
+                    INFO("n " << n << " offset " << offset << " cap " << cap);
+                    const std::vector<float> x = random_floats(static_cast<size_t>(n), 43, -100.0f, 100.0f);
+                    std::vector<float> want = x;
+                    reference.softcap(want.data(), n, cap);
+                    OffsetBuffer<float> dx(x, offset);
+                    kvx::cuda::softcap(dx.data(), n, cap, nullptr);
+                    CHECK(relative_error(dx.host(), want) <= kFp32Tolerance);
+                }
+            }
+        }
+        CHECK_THROWS_AS(kvx::cuda::softcap(nullptr, 4, 0.0f, nullptr), kvx::Error);
+    }
+}
 
 TEST_CASE("swiglu, gelu_tanh, add and add_bias match the reference") {
     SECTION("swiglu and gelu_tanh match the reference over wide ranges, out aliasing an input or not") {
@@ -245,8 +364,11 @@ TEST_CASE("embed, gather_rows and f32_to_f16 copy and round bit for bit") {
         const int n_rows = static_cast<int>(tokens.size());
         for (int dim : {8, 6, 48, 100, 1}) {
             for (bool table_f16 : {false, true}) {
-                for (int pos_kind : {0, 1, 2}) {  // no position table, fp32, fp16
-                    INFO("dim " << dim << (table_f16 ? " fp16 table" : " fp32 table") << " positions " << pos_kind);
+                // pos_kind: no position table, fp32, fp16; scale 1 (none) or Gemma's sqrt(dim) as a config's fp32 value
+                const float gemma = std::sqrt(48.0f);
+                for (auto [pos_kind, scale] : {std::pair{0, 1.0f}, {1, 1.0f}, {2, 1.0f}, {0, gemma}, {2, gemma}}) {
+                    INFO("dim " << dim << (table_f16 ? " fp16 table" : " fp32 table") << " positions " << pos_kind
+                                << " scale " << scale);
                     const size_t udim = static_cast<size_t>(dim);
                     const std::vector<float> table = random_floats(static_cast<size_t>(vocab) * udim, 17);
                     const std::vector<float> pos_table = random_floats(static_cast<size_t>(max_pos) * udim, 18);
@@ -257,6 +379,7 @@ TEST_CASE("embed, gather_rows and f32_to_f16 copy and round bit for bit") {
                             const size_t t = static_cast<size_t>(tokens[r]) * udim + j;
                             const size_t p = static_cast<size_t>(positions[r]) * udim + j;
                             float v = table_f16 ? kvx::f16_to_f32(table_h[t]) : table[t];
+                            if (scale != 1.0f) v *= scale;  // cpu_backend.cpp's embed: the row, then the scale
                             if (pos_kind == 1) v += pos_table[p];
                             if (pos_kind == 2) v += kvx::f16_to_f32(pos_h[p]);
                             want[r * udim + j] = v;
@@ -271,7 +394,7 @@ TEST_CASE("embed, gather_rows and f32_to_f16 copy and round bit for bit") {
                     const void* pos_ptr = pos_kind == 0 ? nullptr
                                           : pos_kind == 1 ? static_cast<const void*>(d_pos.data())
                                                           : static_cast<const void*>(d_pos_h.data());
-                    kvx::cuda::embed(dx.data(), d_tokens.data(), table_ptr, table_f16, pos_ptr, pos_kind == 2,
+                    kvx::cuda::embed(dx.data(), d_tokens.data(), table_ptr, table_f16, scale, pos_ptr, pos_kind == 2,
                                      pos_kind == 0 ? nullptr : d_positions.data(), n_rows, dim, nullptr);
                     CHECK(count_bit_differences(to_host(dx), want) == 0);
                 }
@@ -330,7 +453,7 @@ TEST_CASE("embed, gather_rows and f32_to_f16 copy and round bit for bit") {
     SECTION("elementwise launches reject negative sizes with kvx::Error") {
         CHECK_THROWS_AS(kvx::cuda::rmsnorm(nullptr, nullptr, nullptr, -1, 8, 1e-5f, nullptr), kvx::Error);
         CHECK_THROWS_AS(kvx::cuda::add(nullptr, nullptr, -4, nullptr), kvx::Error);
-        CHECK_THROWS_AS(kvx::cuda::embed(nullptr, nullptr, nullptr, false, nullptr, false, nullptr, 2, -1, nullptr), kvx::Error);
+        CHECK_THROWS_AS(kvx::cuda::embed(nullptr, nullptr, nullptr, false, 1.0f, nullptr, false, nullptr, 2, -1, nullptr), kvx::Error);
     }
 }
 

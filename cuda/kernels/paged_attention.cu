@@ -13,7 +13,8 @@
 //          scalar loads otherwise); then lane j scores key j against its warp's query vectors, the warp
 //          updates each query's online softmax (running max m, running sum l) with shuffles, and lane L
 //          accumulates output dims L, L + 32, ... (at most kMaxHeadDim / 32 = 8 per lane, in registers) with
-//          the chunk's probabilities broadcast by __shfl_sync.
+//          the chunk's probabilities broadcast by __shfl_sync. With a logit soft-cap (Gemma 2) each scaled score
+//          s becomes softcap * tanhf(s / softcap) before it enters the softmax, as the reference does.
 //
 // Why: a decode step's attention is bound by reading the cache. A tile's query vectors (a GQA group, the rows
 // of a prefill chunk) share every key and value it stages, so each K/V element is read from global memory
@@ -113,6 +114,7 @@ struct AttentionLaunch {
     int head_dim;
     int window;
     float scale;
+    float softcap;                 // attention logit soft-cap; 0: none (the contiguous baseline has none)
     int n_partitions;
     int partition_tokens;
     bool vector_loads;             // 16-byte loads: head_dim a multiple of 16 bytes' elements, caches aligned
@@ -208,7 +210,7 @@ struct WarpQueries {
 
 // Folds the staged chunk of keys chunk .. chunk + 31 into the warp's states. All 32 lanes take part.
 __device__ __forceinline__ void attend_chunk(WarpQueries& w, const float* q_s, const float* k_s, const float* v_s,
-                                             int head_dim, int chunk, float scale) {
+                                             int head_dim, int chunk, float scale, float softcap) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float score[kSlots];
 #pragma unroll
@@ -224,6 +226,11 @@ __device__ __forceinline__ void attend_chunk(WarpQueries& w, const float* q_s, c
 
     const int key = chunk + lane;
     float prob[kSlots];  // exp(score - m) of key `key` for each slot, 0 where masked
+    if (softcap > 0.0f) {
+#pragma unroll
+        for (int i = 0; i < kSlots; ++i) score[i] = softcap * tanhf(score[i] * scale / softcap);
+        scale = 1.0f;  // folded in above
+    }
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
         prob[i] = 0.0f;
@@ -331,7 +338,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const Cache cache, 
         __syncthreads();
         stage_chunk(cache.k, cache.v, key_offset, k_s, v_s, head_dim, a.vector_loads);
         __syncthreads();
-        if (w.n_slots > 0) attend_chunk(w, q_s, k_s, v_s, head_dim, chunk, a.scale);
+        if (w.n_slots > 0) attend_chunk(w, q_s, k_s, v_s, head_dim, chunk, a.scale, a.softcap);
     }
 
 #pragma unroll
@@ -428,6 +435,7 @@ AttentionLaunch attention_launch(const char* kernel, const Args& args, const Att
             .head_dim = head_dim,
             .window = args.window,
             .scale = args.scale,
+            .softcap = 0.0f,
             .n_partitions = partitions.n_partitions,
             .partition_tokens = partitions.partition_tokens,
             .vector_loads = false};
@@ -468,8 +476,11 @@ void launch_attention(const Cache& cache, AttentionLaunch a, int n_tiles, const 
 void paged_attention(const PagedAttentionArgs& args, const AttentionTile* tiles, int n_tiles,
                      const AttentionPartitions& partitions, float* workspace, cudaStream_t stream) {
     const char* kernel = "paged_attention";
-    const AttentionLaunch a = attention_launch(kernel, args, tiles, n_tiles, partitions, workspace);
+    AttentionLaunch a = attention_launch(kernel, args, tiles, n_tiles, partitions, workspace);
     require(args.block_size >= 1, kernel, "block_size must be at least 1, got " + std::to_string(args.block_size));
+    require(args.softcap >= 0.0f && std::isfinite(args.softcap), kernel,
+            "softcap must be 0 (none) or a positive number, got " + std::to_string(args.softcap));
+    a.softcap = args.softcap;
     if (args.kv_dtype == KvDtype::f16) {
         launch_attention(paged_cache<uint16_t>(args), a, n_tiles, kernel, stream);
     } else {

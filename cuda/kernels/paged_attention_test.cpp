@@ -50,6 +50,7 @@ struct BatchShape {
     std::vector<int> rows_of;  // [n_seqs]
     int window = 0;
     bool interleaved = false;
+    float softcap = 0.0f;  // paged attention's logit soft-cap (Gemma 2); 0: none
 };
 
 // The batch's host data. Physical blocks are shuffled and a few never referenced; table entries past a
@@ -220,6 +221,7 @@ Args attention_args(const PagedBatch& b) {
 
 PagedAttentionArgs paged_args(const PagedBatch& b, KvDtype dtype) {
     PagedAttentionArgs args = attention_args<PagedAttentionArgs>(b);
+    args.softcap = b.shape.softcap;
     args.block_size = b.shape.block_size;
     args.table_stride = b.table_stride;
     args.kv_dtype = dtype;
@@ -460,6 +462,40 @@ TEST_CASE("paged attention splits long contexts into partitions whose merge matc
     check_paged(wide, {.dtype = KvDtype::f16});
 }
 
+TEST_CASE("paged attention with a logit soft-cap matches the reference", "[cuda][attention][softcap]") {
+    SECTION("decode rows, a windowed prefill chunk, partitions and fp16 caches, for caps that bend most scores to few") {
+        uint32_t seed = 550;
+        // Scores are about +-1.3 after scaling (q in +-4, k in +-1): a cap of 0.5 bends nearly every score, 2 the
+        // larger ones, 50 hardly any (Gemma 2's value).
+        for (float cap : {0.5f, 2.0f, 50.0f}) {
+            for (int head_dim : {64, 256}) {
+                for (KvDtype dtype : {KvDtype::f32, KvDtype::f16}) {
+                    INFO("cap " << cap << " head_dim " << head_dim << " f16 " << (dtype == KvDtype::f16));
+                    BatchShape shape{.head_dim = head_dim, .lengths = {37, 1, 150, 65}, .rows_of = {1, 1, 1, 1},
+                                     .softcap = cap};
+                    const PagedBatch batch = make_batch(shape, ++seed);
+                    check_paged(batch, {.dtype = dtype});
+                    check_paged(batch, {.dtype = dtype, .n_partitions = 3});
+                }
+            }
+            INFO("cap " << cap);
+            // A prefill chunk beside decode rows, GQA group 3, with a window and with partitions.
+            BatchShape chunk{.n_heads = 9, .n_kv_heads = 3, .head_dim = 80, .lengths = {85, 20, 130}, .rows_of = {40, 1, 1},
+                             .window = 37, .softcap = cap};
+            const PagedBatch batch = make_batch(chunk, ++seed);
+            check_paged(batch, {});
+            check_paged(batch, {.dtype = KvDtype::f16, .n_partitions = 2});
+        }
+    }
+    SECTION("the cap changes the result, so the comparison above sees it") {
+        BatchShape shape{.head_dim = 64, .lengths = {150, 65}, .rows_of = {3, 1}, .softcap = 0.5f};
+        const PagedBatch capped = make_batch(shape, 599);
+        PagedBatch uncapped = capped;
+        uncapped.shape.softcap = 0.0f;
+        CHECK(relative_error(device_paged(capped, {}), reference_paged(uncapped, KvDtype::f32)) > 1e-2);
+    }
+}
+
 TEST_CASE("paged attention takes scalar loads for awkward head dims and unaligned caches", "[cuda][attention]") {
     uint32_t seed = 600;
     // 6 and 13: scalar for both dtypes; 100: vector loads for fp32, scalar for fp16 (not a multiple of 8).
@@ -508,6 +544,11 @@ TEST_CASE("paged attention rejects bad arguments with an error naming the proble
     CHECK_THROWS_WITH(launch(two, no_workspace), Catch::Contains("workspace"));
     args.block_size = 0;
     CHECK_THROWS_WITH(launch(one, no_workspace), Catch::Contains("block_size"));
+    args.block_size = 16;
+    for (float cap : {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+        args.softcap = cap;
+        CHECK_THROWS_WITH(launch(one, no_workspace), Catch::Contains("softcap"));
+    }
 }
 
 // ---- Contiguous attention ----

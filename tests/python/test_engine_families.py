@@ -9,7 +9,9 @@ Tolerance 1e-4 x max|HF| (fp32), as test_exporter_fixtures.py holds ONNX Runtime
 HF disagree would be listed in KNOWN_DISAGREEMENTS with the reason and asserted still to disagree, never
 hidden by a looser tolerance.
 
-Needs the kvx binary: $KVX_BIN (ctest sets it), else build/bin/kvx of the source tree.
+Needs the kvx binary: $KVX_BIN (ctest sets it), else build/bin/kvx of the source tree. KVX_DEVICE=cuda runs
+every family with --device cuda at the same tolerance (ctest's py_engine_families_cuda); where kvx finds no
+usable GPU, or was built without CUDA, the run exits 77 (ctest: skipped) with kvx's reason.
 """
 
 import json
@@ -27,6 +29,11 @@ from hf_checkpoint_to_kvx import EXPORTERS, write_kvx_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 KVX = os.environ.get("KVX_BIN") or str(REPO / "build" / "bin" / "kvx")
+DEVICE = os.environ.get("KVX_DEVICE", "cpu")
+SKIP_EXIT = 77  # ctest's SKIP_RETURN_CODE
+# kvx's reasons for not running --device cuda on this machine (cuda/kernels/device_probe.cpp, the CLI).
+NO_DEVICE = ("no usable CUDA device", "no CUDA device is present", "older than sm_70", "cannot query CUDA device",
+             "not built in")
 TOLERANCE = 1e-4  # x max|HF|
 
 FAMILIES = ("llama3-untied", "llama-tied", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3",
@@ -43,8 +50,8 @@ def hf_reference(family):
 
 
 def kvx_logits(model_dir, prompt, n_prefill, out):
-    result = subprocess.run([KVX, "logits", "-m", str(model_dir), "--tokens", ",".join(map(str, prompt)),
-                             "--n-prefill", str(n_prefill), "-o", str(out)],
+    result = subprocess.run([KVX, "logits", "-m", str(model_dir), "--device", DEVICE,
+                             "--tokens", ",".join(map(str, prompt)), "--n-prefill", str(n_prefill), "-o", str(out)],
                             capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise AssertionError(f"kvx logits failed ({result.returncode}): {result.stderr.strip()}")
@@ -78,5 +85,24 @@ for _family in FAMILIES:
     _add_family_test(_family)
 
 
+def device_unavailable():
+    """kvx's reason for refusing DEVICE on this machine, or None where it runs a model there."""
+    if DEVICE == "cpu":
+        return None
+    _, prompt = hf_reference(FAMILIES[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_kvx_model(FAMILIES[0], Path(tmp) / "model")
+        try:
+            kvx_logits(model, prompt[:1], 1, Path(tmp) / "probe.npy")
+        except AssertionError as e:
+            if any(reason in str(e) for reason in NO_DEVICE):
+                return str(e)
+    return None
+
+
 if __name__ == "__main__":
+    why = device_unavailable()
+    if why:
+        print(f"SKIP: --device {DEVICE}: {why}")
+        sys.exit(SKIP_EXIT)
     unittest.main()
