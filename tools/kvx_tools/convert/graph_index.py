@@ -108,7 +108,7 @@ class GraphIndex:
             if tensor in self._initializers:
                 value = self._to_array(self._initializers[tensor], tensor)
             elif node is not None and node.op_type == "Constant":
-                value = self._to_array(node, tensor, _constant_node_value)
+                value = self._to_array(node, tensor, constant_node_value)
             elif node is not None and node.op_type == "Identity" and node.input and tensor not in followed:
                 chain.append(tensor)
                 followed.add(tensor)
@@ -213,7 +213,8 @@ class GraphIndex:
                                   f"(cannot evaluate '{tensor}')")
 
 
-def _constant_node_value(node):
+def constant_node_value(node):
+    """The value a Constant node holds, as a numpy array; None for an attribute kind it does not read."""
     for attr in node.attribute:
         if attr.name == "value":
             return numpy_helper.to_array(attr.t)

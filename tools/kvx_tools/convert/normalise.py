@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .graph_index import node_attr
+from .graph_index import constant_node_value, node_attr
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # The largest tensor a fold may write, in elements: a weight matrix's transpose or cast fits; a mask of
@@ -73,7 +73,7 @@ def _normalise_once(model):
     inits = {t.name: t for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
-            value = _constant_value(node)
+            value = constant_node_value(node)
             if value is not None:
                 values[node.output[0]] = value
 
@@ -604,7 +604,7 @@ def _static_shapes(model):
         _elem_types[t.name] = t.data_type
     for node in model.graph.node:
         if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
-            value = _constant_value(node)
+            value = constant_node_value(node)
             if value is not None:
                 shapes[node.output[0]] = list(value.shape)
     for node in model.graph.node:
@@ -632,15 +632,6 @@ def _small_shape_values(model, limit=1 << 12):
         elif node.op_type in ("Unsqueeze", "Squeeze", "Cast", "Identity") and node.input:
             length[node.output[0]] = length.get(node.input[0], 1)
     return True
-
-
-def _constant_value(node):
-    for attr in node.attribute:
-        if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
-        if attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
-            return np.asarray(helper.get_attribute_value(attr))
-    return None
 
 
 def _write_back(graph, kept, values, inits):

