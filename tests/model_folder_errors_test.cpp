@@ -111,11 +111,34 @@ TEST_CASE("config.json fields of the wrong type or range are refused, never coer
         {"weights", "model.safetensors", "'weights' must be an object, not \"model.safetensors\""},
         {"weights.dtype", "bf16", "'weights.dtype' = 'bf16' is not a dtype kvx reads (f32, f16)"},
         {"tokenizer.file", 7, "'tokenizer.file' must be a string, not 7"},
+        // SentencePiece's dummy prefix is a fact of a llama2.c vocabulary; a BPE tokenizer.json has its own.
+        {"tokenizer.add_dummy_prefix", false, "'tokenizer.add_dummy_prefix' is for the llama2c tokenizer only"},
     };
     for (const auto& c : cases) {
         INFO(c.field << " = " << c.value.dump());
         CHECK_THROWS_WITH(load_with(f, c.field, c.value),
                           Catch::Contains("model config '" + f.str() + "/config.json': " + c.message));
+    }
+}
+
+TEST_CASE("tokenizer.add_dummy_prefix: on unless the model says otherwise, and typed", "[model][config]") {
+    const Folder f;
+    json config = valid_config();
+    config["tokenizer"] = {{"type", "llama2c"}, {"file", "tokenizer.bin"}};
+    f.write("config.json", config.dump());
+    CHECK(load_model_config(f.str()).tokenizer_add_dummy_prefix);  // stories260K's config: today's behaviour
+    config["tokenizer"]["add_dummy_prefix"] = true;
+    f.write("config.json", config.dump());
+    CHECK(load_model_config(f.str()).tokenizer_add_dummy_prefix);
+    config["tokenizer"]["add_dummy_prefix"] = false;  // Gemma's
+    f.write("config.json", config.dump());
+    CHECK_FALSE(load_model_config(f.str()).tokenizer_add_dummy_prefix);
+    for (const json& bad : {json("false"), json(0), json::array({false})}) {
+        INFO(bad.dump());
+        config["tokenizer"]["add_dummy_prefix"] = bad;
+        f.write("config.json", config.dump());
+        CHECK_THROWS_WITH(load_model_config(f.str()),
+                          Catch::Contains("'tokenizer.add_dummy_prefix' must be true or false, not " + bad.dump()));
     }
 }
 

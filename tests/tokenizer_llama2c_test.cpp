@@ -37,6 +37,33 @@ TEST_CASE("llama2.c tokenizer: BOS, dummy prefix and the space after BOS", "[tok
     CHECK(decode_all(tok, ids) == "Once upon a time");
 }
 
+TEST_CASE("llama2.c tokenizer: without the dummy prefix (Gemma's add_space_prefix = false)", "[tokenizer]") {
+    const Llama2cTokenizer with(tok512, 512, 1, true);
+    const Llama2cTokenizer without(tok512, 512, 1, false);
+    // The text is merged as it stands: its first word has no leading space.
+    const auto a = with.encode("Once upon a time", true);
+    const auto b = without.encode("Once upon a time", true);
+    REQUIRE(a.size() >= 2);
+    REQUIRE(b.size() >= 2);
+    CHECK(b[0] == 1);  // BOS comes first either way; it does not add or remove the prefix (llama.cpp's SPM rule)
+    CHECK(with.piece(a[1]).front() == ' ');
+    CHECK(without.piece(b[1]).front() != ' ');
+    CHECK(without.encode("", true) == std::vector<int32_t>{1});
+    CHECK(without.encode("", false).empty());
+    // Without BOS the same holds: the prefix is the model's, not BOS's.
+    CHECK(without.encode("Once upon a time", false) == std::vector<int32_t>(b.begin() + 1, b.end()));
+    // The dummy prefix is exactly a space in front of the text, nothing more.
+    CHECK(without.encode(" Once upon a time", true) == a);
+    CHECK(without.encode(" upon", false) == with.encode("upon", false));
+    // Without it, a leading space is the text's own, so decoding after BOS keeps it (only a dummy prefix is
+    // dropped there).
+    for (const std::string text : {"Once upon a time", " leading space", "  two", "x", "line\nbreak"}) {
+        INFO(text);
+        CHECK(decode_all(without, without.encode(text, true)) == text);
+        CHECK(decode_all(with, with.encode(text, true)) == text);
+    }
+}
+
 TEST_CASE("llama2.c tokenizer: byte fallback for what the vocabulary lacks", "[tokenizer]") {
     const Llama2cTokenizer tok(tok512, 512, 1);
     const std::string text = "caf\xC3\xA9 \xF0\x9F\x98\x80 ~\t{x}";

@@ -155,6 +155,11 @@ void read_tokenizer(const ConfigReader& r, ModelConfig& c) {
     c.tokenizer_file = r.string(r.required(t, "file", "tokenizer.file"), "tokenizer.file");
     if (c.tokenizer_type == "gpt2")
         c.tokenizer_merges_file = r.string(r.required(t, "merges_file", "tokenizer.merges_file"), "tokenizer.merges_file");
+    // SentencePiece's add_dummy_prefix: absent means on, what every llama2.c tokenizer.bin was made with.
+    if (r.has(t, "add_dummy_prefix")) {
+        if (c.tokenizer_type != "llama2c") r.fail("tokenizer.add_dummy_prefix", "is for the llama2c tokenizer only");
+        c.tokenizer_add_dummy_prefix = r.boolean(t["add_dummy_prefix"], "tokenizer.add_dummy_prefix");
+    }
 }
 
 void read_chat(const ConfigReader& r, ModelConfig& c) {

@@ -75,6 +75,7 @@ struct ModelConfig {
     std::string tokenizer_type;  // "llama2c", "bpe" (HF tokenizer.json), "gpt2" (encoder.json), or empty for none
     std::string tokenizer_file;  // relative to the model directory
     std::string tokenizer_merges_file;  // "gpt2" only: vocab.bpe, relative to the model directory
+    bool tokenizer_add_dummy_prefix = true;  // "llama2c" only: SentencePiece's space before the text (Gemma: false)
     bool has_chat = false;       // the model came with a chat template
     ChatConfig chat;
 

@@ -9,7 +9,8 @@
 
 namespace kvx {
 
-Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id) : bos_id_(bos_id) {
+Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, bool add_dummy_prefix)
+    : bos_id_(bos_id), add_dummy_prefix_(add_dummy_prefix) {
     Llama2cVocabulary vocab = read_llama2c_vocabulary(path, vocab_size);
     pieces_ = std::move(vocab.pieces);
     scores_ = std::move(vocab.scores);
@@ -43,9 +44,12 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_bo
 std::vector<int32_t> Llama2cTokenizer::split(std::string_view text) const {
     std::vector<int32_t> tokens;
     tokens.reserve(text.size() + 1);
-    // SentencePiece adds a space in front of the text so that its first word is tokenised like any other.
-    const int32_t space = lookup(" ");
-    if (space >= 0) tokens.push_back(space);
+    // SentencePiece adds a space in front of the text so that its first word is tokenised like any other,
+    // unless the model says not to (add_dummy_prefix false: Gemma).
+    if (add_dummy_prefix_) {
+        const int32_t space = lookup(" ");
+        if (space >= 0) tokens.push_back(space);
+    }
 
     // One token per UTF-8 code point when the vocabulary has it, else one byte-fallback token per byte.
     for (size_t i = 0; i < text.size();) {
@@ -159,7 +163,8 @@ void Llama2cTokenizer::merge(std::vector<int32_t>& tokens) const {
 std::string Llama2cTokenizer::decode(int32_t prev_token, int32_t token) const {
     if (token == bos_id_) return {};  // a marker, not text
     std::string_view p = piece(token);
-    if (prev_token == bos_id_ && !p.empty() && p[0] == ' ') p.remove_prefix(1);
+    // Only a space encode put there is dropped: without the dummy prefix a leading space is the text's own.
+    if (add_dummy_prefix_ && prev_token == bos_id_ && !p.empty() && p[0] == ' ') p.remove_prefix(1);
     const int byte = parse_byte_piece(p);
     if (byte >= 0) {
         const bool control = byte < 0x20 || byte == 0x7F;

@@ -17,16 +17,18 @@ class Llama2cTokenizer {
 public:
     // Throws kvx::Error if the file is missing, not a regular file, too large, truncated, corrupt (a length
     // out of range, a non-finite score), or holds a number of pieces other than vocab_size (a tokenizer
-    // that does not fit the model).
-    Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id);
+    // that does not fit the model). add_dummy_prefix: SentencePiece's add_dummy_prefix, a fact of the model
+    // (config.json's tokenizer.add_dummy_prefix; Gemma's is false).
+    Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, bool add_dummy_prefix = true);
 
-    // Prepends BOS when asked; a non-empty text gets SentencePiece's dummy-prefix space first. Then the
+    // Prepends BOS when asked; a non-empty text gets SentencePiece's dummy-prefix space first when the model
+    // asks for one (after BOS, as llama.cpp does: BOS does not change whether it is added). Then the
     // adjacent pair whose union scores highest merges, the leftmost among equals, until no pair is a piece:
     // O(n log n) in the text's length.
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
 
     // The bytes token `token` stands for, given the token before it: BOS is nothing, the leading space of
-    // a piece right after BOS is dropped, byte pieces become their byte. Control bytes other than whitespace become
+    // a piece right after BOS is dropped when it is the dummy prefix (add_dummy_prefix), byte pieces become their byte. Control bytes other than whitespace become
     // nothing, so a stray byte never garbles a terminal; bytes >= 0x80 pass through to form UTF-8.
     std::string decode(int32_t prev_token, int32_t token) const;
 
@@ -50,6 +52,7 @@ private:
     std::unordered_map<std::string, int32_t, PieceHash, std::equal_to<>> ids_;  // piece -> lowest id holding it
     int32_t byte_ids_[256];            // [byte] id of <0xNN>, or -1
     int bos_id_;
+    bool add_dummy_prefix_;
 };
 
 }  // namespace kvx
