@@ -1,6 +1,7 @@
 """The BOS and EOS token ids the ONNX model's metadata_props hold when the exporter wrote them
 (bos_token_id: a JSON int; eos_token_id: a JSON int or list of ints, as in HF's config.json). They win over
-what the tokenizer files imply (tokenizer_bundle.py)."""
+what the tokenizer files imply (tokenizer_bundle.py). Beside them, add_dummy_prefix (a JSON true or false):
+whether a llama2.c tokenizer puts SentencePiece's space before the text, which its tokenizer.bin cannot say."""
 
 import json
 
@@ -8,6 +9,7 @@ from .convert_errors import ConvertError
 
 BOS_METADATA = "bos_token_id"
 EOS_METADATA = "eos_token_id"
+DUMMY_PREFIX_METADATA = "add_dummy_prefix"
 
 
 def _token_ids(props, key, vocab_size):
@@ -50,3 +52,18 @@ def special_token_ids(model, vocab_size, genai=None):
         if eos is None and genai.eos_token_ids is not None:
             eos = _check_ids(list(genai.eos_token_ids), "genai_config.json's eos_token_id", vocab_size)
     return bos, eos
+
+
+def dummy_prefix(model):
+    """The add_dummy_prefix metadata as a bool, None when the model has none."""
+    props = {p.key: p.value for p in model.metadata_props}
+    if DUMMY_PREFIX_METADATA not in props:
+        return None
+    try:
+        value = json.loads(props[DUMMY_PREFIX_METADATA])
+    except ValueError:
+        value = None
+    if not isinstance(value, bool):
+        raise ConvertError(f"metadata '{DUMMY_PREFIX_METADATA}' must be true or false, not "
+                           f"{props[DUMMY_PREFIX_METADATA]!r}")
+    return value

@@ -70,6 +70,16 @@ def gguf_chat_template(reader):
 
 
 LLAMA2C_TOKENIZER_FILE = "tokenizer.bin"
+ADD_SPACE_PREFIX_KEY = "tokenizer.ggml.add_space_prefix"
+
+
+def gguf_add_space_prefix(reader):
+    """Whether the SentencePiece tokenizer of the file puts a space before the text: the file's
+    tokenizer.ggml.add_space_prefix (Gemma's: false), else true, llama.cpp's default for a "llama" vocabulary."""
+    value = metadata_value(reader, ADD_SPACE_PREFIX_KEY, default=True)
+    if not isinstance(value, bool):
+        raise GgufError(f"GGUF metadata '{ADD_SPACE_PREFIX_KEY}' is {value!r}; expected true or false")
+    return value
 
 
 def gguf_llama2c_tokenizer(reader):
@@ -78,9 +88,8 @@ def gguf_llama2c_tokenizer(reader):
     Layout: int32 max piece bytes, then per token float32 score, int32 byte length, the bytes; '▁' becomes
     a space as llama2.c's tokenizer export writes it.
 
-    What kvx's llama2c tokenizer does that a file may not ask for: it puts a space before the text
-    (SentencePiece's add_dummy_prefix). Gemma's files say tokenizer.ggml.add_space_prefix = false, so kvx's
-    ids for a text then begin with an extra '▁' where llama.cpp's do not (docs/model-format.md)."""
+    Whether a space goes before the text (SentencePiece's add_dummy_prefix) is not in this file: it is
+    gguf_add_space_prefix's, which the exporter stores in the ONNX metadata for config.json."""
     import struct
     kind = metadata_str(reader, "tokenizer.ggml.model")
     if kind != "llama":
