@@ -92,6 +92,8 @@ class Gemma3(unittest.TestCase):
         self.assertEqual(c["norm_placement"], "sandwich")
         self.assertAlmostEqual(c["embedding_scale"], 640 ** 0.5, places=5)
         self.assertEqual((c["bos_token_id"], c["eos_token_ids"]), (2, [1]))
+        # tokenizer.ggml.add_space_prefix = false: no SentencePiece space before the text.
+        self.assertEqual(c["tokenizer"], {"type": "llama2c", "file": "tokenizer.bin", "add_dummy_prefix": False})
 
     def test_logits_against_onnxruntime(self):
         onnx_path = self.fixture / "model.onnx"
