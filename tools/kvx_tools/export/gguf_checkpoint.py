@@ -90,23 +90,30 @@ def _dequantized(tensor):
     return np.ascontiguousarray(values.reshape(_numpy_shape(tensor)), dtype=np.float32)
 
 
-def read_gguf_llama(reader, path):
-    """reader: open_gguf(path). Returns (config, weights) for llama_graph.build_llama_graph; config also
-    carries bos_token_id and eos_token_ids from the tokenizer metadata."""
-    config = _config(reader)
+def _named_tensors(reader, path, config, layer_tensors, family):
+    """(tensors by GGUF name, {GGUF name: kvx name}, {kvx name: numpy shape}) of a decoder whose layers hold
+    layer_tensors; sets config["vocab_size"] from the embedding's rows (0 when it is not a matrix).
+    GgufError naming the first missing tensors."""
     tensors = {t.name: t for t in reader.tensors}
     gguf_to_kvx = {"token_embd.weight": "tok_embeddings", "output_norm.weight": "final_norm"}
     if "output.weight" in tensors:
         gguf_to_kvx["output.weight"] = "classifier"
     for i in range(config["n_layers"]):
-        for gguf_name, name in LAYER_TENSORS.items():
+        for gguf_name, name in layer_tensors.items():
             gguf_to_kvx[f"blk.{i}.{gguf_name}.weight"] = f"layers.{i}.{name}"
     missing = sorted(set(gguf_to_kvx) - set(tensors))
     if missing:
-        raise GgufError(f"{path}: tensors missing for a {config['n_layers']}-layer Llama: {', '.join(missing[:4])}")
-
+        raise GgufError(f"{path}: tensors missing for a {config['n_layers']}-layer {family}: {', '.join(missing[:4])}")
     shapes = {name: _numpy_shape(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
     config["vocab_size"] = shapes["tok_embeddings"][0] if len(shapes["tok_embeddings"]) == 2 else 0
+    return tensors, gguf_to_kvx, shapes
+
+
+def read_gguf_llama(reader, path):
+    """reader: open_gguf(path). Returns (config, weights) for llama_graph.build_llama_graph; config also
+    carries bos_token_id and eos_token_ids from the tokenizer metadata."""
+    config = _config(reader)
+    tensors, gguf_to_kvx, shapes = _named_tensors(reader, path, config, LAYER_TENSORS, "Llama")
     _check_shapes(path, config, shapes)  # before dequantizing: fp32 copies of wrong shapes could be huge
     weights = {name: _dequantized(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
     for i in range(config["n_layers"]):
@@ -188,18 +195,7 @@ def read_gguf_gemma3(reader, path):
     gemma3_graph.build_gemma3_graph. Weights are used as stored: llama.cpp neither permutes Gemma's Q/K rows
     (its Gemma RoPE is NeoX's, HF's rotate-half) nor leaves the norms as w (it stores 1 + w)."""
     config = _gemma3_config(reader)
-    tensors = {t.name: t for t in reader.tensors}
-    gguf_to_kvx = {"token_embd.weight": "tok_embeddings", "output_norm.weight": "final_norm"}
-    if "output.weight" in tensors:
-        gguf_to_kvx["output.weight"] = "classifier"
-    for i in range(config["n_layers"]):
-        for gguf_name, name in GEMMA3_LAYER_TENSORS.items():
-            gguf_to_kvx[f"blk.{i}.{gguf_name}.weight"] = f"layers.{i}.{name}"
-    missing = sorted(set(gguf_to_kvx) - set(tensors))
-    if missing:
-        raise GgufError(f"{path}: tensors missing for a {config['n_layers']}-layer Gemma 3: {', '.join(missing[:4])}")
-    shapes = {name: _numpy_shape(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
-    config["vocab_size"] = shapes["tok_embeddings"][0] if len(shapes["tok_embeddings"]) == 2 else 0
+    tensors, gguf_to_kvx, shapes = _named_tensors(reader, path, config, GEMMA3_LAYER_TENSORS, "Gemma 3")
     if config["vocab_size"] < 1:
         raise GgufError(f"{path}: token_embd.weight has shape {list(shapes['tok_embeddings'])}, not [vocab, dim]")
     layout = {"architecture": "gemma", **config, "tied_embeddings": "classifier" not in shapes, "qk_norm": True,
