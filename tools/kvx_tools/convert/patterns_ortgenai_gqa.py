@@ -31,7 +31,7 @@ from .patterns_attention import Attention
 from .patterns_linear import linear_consumers, linear_weight, sole_linear_consumer
 from .patterns_ortgenai_gpt2 import MS_DOMAIN
 from .patterns_ortgenai_llama import projection_end
-from .rope_caches import TOLERANCE, inv_freq_from_caches
+from .rope_caches import plain_inv_freq
 
 GQA_OP = (MS_DOMAIN, "GroupQueryAttention")
 (GQA_QUERY, GQA_KEY, GQA_VALUE, GQA_PAST_KEY, GQA_PAST_VALUE, GQA_SEQLENS_K, GQA_TOTAL_SEQUENCE_LENGTH,
@@ -116,11 +116,7 @@ def _rotary(ix, gqa, head_dim):
     if 2 * cos.shape[1] != head_dim:
         raise ConvertError(f"node '{gqa.name}' (GroupQueryAttention) rotates {2 * cos.shape[1]} of the {head_dim} "
                            "dims of each head; kvx's RoPE rotates the whole head")
-    inv_freq, error = inv_freq_from_caches(cos, sin)
-    if not error <= TOLERANCE:
-        raise ConvertError(f"cannot map node '{gqa.name}' (op GroupQueryAttention): its cos_cache/sin_cache are "
-                           f"not cos/sin(position * inv_freq) with one frequency per column (off by {error:.3g}, "
-                           f"more than fp16 rounding {TOLERANCE:.3g}); kvx supports plain RoPE")
+    inv_freq = plain_inv_freq(gqa, cos, sin)
     return inv_freq, cos.shape[0]
 
 

@@ -26,7 +26,7 @@ from .patterns_attention import Attention
 from .patterns_linear import linear_consumers, linear_weight, sole_linear_consumer
 from .patterns_norm import RmsNorm
 from .patterns_ortgenai_gpt2 import MS_DOMAIN
-from .rope_caches import TOLERANCE, inv_freq_from_caches
+from .rope_caches import plain_inv_freq
 
 # (domain, op type) of every operator this module maps; op_support.py lets them through.
 ORTGENAI_LLAMA_OPS = frozenset({
@@ -145,11 +145,7 @@ def _match_rotary(ix, tensor, projection):
             or node_attr(node, "scale", 1.0) != 1.0:
         raise cannot_map(node, f"RoPE over the whole head (rotary_embedding_dim 0 or {head_dim}), unscaled "
                                "positions and no packed batching")
-    inv_freq, error = inv_freq_from_caches(cos, sin)
-    if not error <= TOLERANCE:
-        raise ConvertError(f"cannot map node '{node.name}' (op RotaryEmbedding): its cos_cache/sin_cache "
-                           f"are not cos/sin(position * inv_freq) with one frequency per column (off by "
-                           f"{error:.3g}, more than fp16 rounding {TOLERANCE:.3g}); kvx supports plain RoPE")
+    inv_freq = plain_inv_freq(node, cos, sin)
     return _Rotary(node, head_dim, bool(node_attr(node, "interleaved", 0)), inv_freq, cos.shape[0])
 
 

@@ -16,6 +16,8 @@ fail this and are refused rather than approximated.
 
 import numpy as np
 
+from .convert_errors import ConvertError
+
 TOLERANCE = 2.0 ** -11  # one fp16 rounding step of a value in [0.5, 1)
 CANDIDATE_ULPS = 16  # fp32 values tried on each side of the least-squares frequency
 FIT_POSITIONS = 1024  # the last positions the candidates are compared on
@@ -32,6 +34,17 @@ def inv_freq_from_caches(cos_cache, sin_cache):
     fitted = ((positions * angles).sum(axis=0) / denominator).astype(np.float32)
     inv_freq = _closest_fp32(fitted, cos_cache, sin_cache)
     return inv_freq, _worst_error(inv_freq, cos, sin, 0)
+
+
+def plain_inv_freq(node, cos_cache, sin_cache):
+    """inv_freq of the caches node reads, or ConvertError naming node when they are not plain RoPE's tables
+    (cos/sin(position * inv_freq), one frequency per column, within fp16 rounding)."""
+    inv_freq, error = inv_freq_from_caches(cos_cache, sin_cache)
+    if not error <= TOLERANCE:
+        raise ConvertError(f"cannot map node '{node.name}' (op {node.op_type}): its cos_cache/sin_cache are not "
+                           f"cos/sin(position * inv_freq) with one frequency per column (off by {error:.3g}, "
+                           f"more than fp16 rounding {TOLERANCE:.3g}); kvx supports plain RoPE")
+    return inv_freq
 
 
 def _angles(inv_freq, first, count):
