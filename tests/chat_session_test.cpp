@@ -15,21 +15,22 @@ using namespace kvx;
 
 namespace {
 
-// Character tokenizer: ids 0..255 are bytes; 256 and 257 are the ChatML markers, split out as one token
-// each wherever they occur in the text (as a BPE tokenizer's special tokens are).
+// Character tokenizer: ids 0..255 are bytes; 256 and 257 are the format's turn markers (ChatML's unless
+// told), split out as one token each wherever they occur in the text (as a tokenizer's special tokens are).
 class CharTokenizer final : public Tokenizer {
 public:
     static constexpr int32_t kStart = 256, kEnd = 257, kVocab = 258;
+    std::string start = "<|im_start|>", end = "<|im_end|>";
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const override {
         std::vector<int32_t> ids;
         if (add_bos) ids.push_back('^');
         for (size_t i = 0; i < text.size();) {
-            if (text.substr(i).starts_with("<|im_start|>")) {
+            if (text.substr(i).starts_with(start)) {
                 ids.push_back(kStart);
-                i += 12;
-            } else if (text.substr(i).starts_with("<|im_end|>")) {
+                i += start.size();
+            } else if (text.substr(i).starts_with(end)) {
                 ids.push_back(kEnd);
-                i += 10;
+                i += end.size();
             } else {
                 ids.push_back(static_cast<unsigned char>(text[i++]));
             }
@@ -37,8 +38,8 @@ public:
         return ids;
     }
     std::string decode(int32_t, int32_t token) const override {
-        if (token == kStart) return "<|im_start|>";
-        if (token == kEnd) return "<|im_end|>";
+        if (token == kStart) return start;
+        if (token == kEnd) return end;
         return std::string(1, static_cast<char>(token));
     }
 };
@@ -128,6 +129,26 @@ TEST_CASE("each chat turn appends only its new tokens and the cache holds the Ch
           "<|im_end|>\n<|im_start|>user\n3+3?<|im_end|>\n<|im_start|>assistant\nSix.");
     CHECK(chat.turns() == 2);
     CHECK(chat.conversation_tokens() == static_cast<int32_t>(f.backend->fed.size()));
+}
+
+TEST_CASE("Gemma's turns: BOS first, the system message inside the first user turn, messages trimmed", "[chat]") {
+    ModelConfig c = chat_config();
+    c.chat.format = "gemma";
+    c.chat.add_bos = true;
+    c.bos_token_id = '^';
+    c.chat.has_default_system = false;
+    Fixture f({"Four.", "Six."}, c);
+    f.tokenizer.start = "<start_of_turn>";
+    f.tokenizer.end = "<end_of_turn>";
+    ChatSession chat(*f.engine, f.config, f.tokenizer, std::string("Be brief."));
+    CHECK(chat.end_of_turn_token() == CharTokenizer::kEnd);
+    CHECK(chat.turn_text("  2+2?\n") ==
+          "<start_of_turn>user\nBe brief.\n\n2+2?<end_of_turn>\n<start_of_turn>model\n");
+    CHECK(reply(chat, f, "  2+2?\n") == "Four.");
+    CHECK(reply(chat, f, "3+3?") == "Six.");
+    CHECK(f.text_of(f.backend->fed) ==
+          "^<start_of_turn>user\nBe brief.\n\n2+2?<end_of_turn>\n<start_of_turn>model\nFour.<end_of_turn>\n"
+          "<start_of_turn>user\n3+3?<end_of_turn>\n<start_of_turn>model\nSix.");
 }
 
 TEST_CASE("a system message replaces the template's default, an empty one removes it", "[chat]") {

@@ -142,6 +142,38 @@ TEST_CASE("tokenizer.add_dummy_prefix: on unless the model says otherwise, and t
     }
 }
 
+TEST_CASE("tokenizer.user_defined_ids and control_ids: ascending ids of the vocabulary, llama2c only", "[model][config]") {
+    const Folder f;
+    json config = valid_config();
+    const int vocab = config["vocab_size"].get<int>();
+    config["tokenizer"] = {{"type", "llama2c"}, {"file", "tokenizer.bin"}, {"user_defined_ids", {3, 5}},
+                           {"control_ids", {0, 1}}};
+    f.write("config.json", config.dump());
+    const ModelConfig c = load_model_config(f.str());
+    CHECK(c.tokenizer_user_defined_ids == std::vector<int32_t>{3, 5});
+    CHECK(c.tokenizer_control_ids == std::vector<int32_t>{0, 1});
+    const struct {
+        json value;
+        std::string message;
+    } cases[] = {
+        {json::array({5, 3}), "must be ascending and list each id once"},
+        {json::array({3, 3}), "must be ascending and list each id once"},
+        {json::array({vocab}), "must be an integer from 0 to " + std::to_string(vocab - 1)},
+        {json::array({-1}), "must be an integer from 0 to " + std::to_string(vocab - 1) + ", not -1"},
+        {json::array({"3"}), "'tokenizer.control_ids'"},
+        {json(3), "must be a list, not 3"},
+    };
+    for (const auto& bad : cases) {
+        INFO(bad.value.dump());
+        config["tokenizer"]["control_ids"] = bad.value;
+        f.write("config.json", config.dump());
+        CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains(bad.message));
+    }
+    config["tokenizer"] = {{"type", "bpe"}, {"file", "tokenizer.json"}, {"user_defined_ids", {3}}};
+    f.write("config.json", config.dump());
+    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'tokenizer.user_defined_ids' is for the llama2c tokenizer only"));
+}
+
 TEST_CASE("the layer options are read as given, and default to a plain layer", "[model][config]") {
     const Folder f;
     f.write("config.json", valid_config().dump());

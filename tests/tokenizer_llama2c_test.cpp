@@ -2,6 +2,7 @@
 // implementation is checked by tests/cli/test_tokenizer_llama2c.py; these are its decoding rules and
 // round trips.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -24,6 +25,11 @@ std::string decode_all(const Llama2cTokenizer& tok, const std::vector<int32_t>& 
     return text;
 }
 
+SentencePieceOptions options(bool add_dummy_prefix, std::vector<int32_t> user_defined = {},
+                             std::vector<int32_t> control = {}) {
+    return {add_dummy_prefix, std::move(user_defined), std::move(control)};
+}
+
 }  // namespace
 
 TEST_CASE("llama2.c tokenizer: BOS, dummy prefix and the space after BOS", "[tokenizer]") {
@@ -38,8 +44,8 @@ TEST_CASE("llama2.c tokenizer: BOS, dummy prefix and the space after BOS", "[tok
 }
 
 TEST_CASE("llama2.c tokenizer: without the dummy prefix (Gemma's add_space_prefix = false)", "[tokenizer]") {
-    const Llama2cTokenizer with(tok512, 512, 1, true);
-    const Llama2cTokenizer without(tok512, 512, 1, false);
+    const Llama2cTokenizer with(tok512, 512, 1, options(true));
+    const Llama2cTokenizer without(tok512, 512, 1, options(false));
     // The text is merged as it stands: its first word has no leading space.
     const auto a = with.encode("Once upon a time", true);
     const auto b = without.encode("Once upon a time", true);
@@ -85,6 +91,51 @@ TEST_CASE("llama2.c tokenizer: round trips of varied text", "[tokenizer]") {
         INFO(text);
         CHECK(decode_all(tok, tok.encode(text, true)) == text);
     }
+}
+
+TEST_CASE("whole pieces: the leftmost match, the longest there, bytes as bytes", "[tokenizer]") {
+    WholePieces whole;
+    whole.add("  ", 10);
+    whole.add("   ", 11);
+    whole.add("<b>", 12);
+    whole.add("", 13);  // never matches
+    whole.add("\xFF\xFE", 14);
+    CHECK(whole.at("a   b", 0).id == -1);
+    CHECK((whole.at("a   b", 1).id == 11 && whole.at("a   b", 1).length == 3));
+    CHECK(whole.at("a   b", 2).id == 10);
+    CHECK(whole.at("a   b", 3).id == -1);  // one space is no piece
+    CHECK(whole.at("<b", 0).id == -1);       // a piece cut off by the text's end
+    CHECK(whole.at("x\xFF\xFE", 1).id == 14);  // not UTF-8, still a piece
+    CHECK(whole.at("abc", 7).id == -1);
+}
+
+TEST_CASE("llama2.c tokenizer: user-defined and control pieces are cut out whole", "[tokenizer]") {
+    const Llama2cTokenizer plain(tok512, 512, 1);
+    auto id_of = [&](const std::string& piece) {
+        for (int32_t id = 0; id < plain.vocab_size(); ++id)
+            if (plain.piece(id) == piece) return id;
+        FAIL("no piece " << piece);
+        return -1;
+    };
+    const int32_t ll = id_of("ll"), the = id_of(" the");
+    const Llama2cTokenizer with_pieces(tok512, 512, 1, options(true, {ll}, {the}));
+    // "ll" is one token wherever it stands; the runs around it merge on their own, each with the dummy
+    // prefix (llama.cpp's rule: the first run and every run after a whole piece).
+    auto joined = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+    };
+    const std::vector<int32_t> want = joined(joined(plain.encode("he", true), {ll}), plain.encode("o", false));
+    CHECK(with_pieces.encode("hello", true) == want);
+    CHECK(with_pieces.encode_text("hello") == std::vector<int32_t>(want.begin() + 1, want.end()));
+    // A control piece is cut out by encode (special tokens read) but is plain text to encode_text.
+    const auto as_special = with_pieces.encode("in the end", false);
+    CHECK(std::count(as_special.begin(), as_special.end(), the) == 1);
+    CHECK(with_pieces.encode_text("in the end") == plain.encode("in the end", false));
+    // Without any, nothing changes.
+    CHECK(Llama2cTokenizer(tok512, 512, 1, {}).encode("hello there", true) == plain.encode("hello there", true));
+    CHECK_THROWS_WITH(Llama2cTokenizer(tok512, 512, 1, options(true, {}, {512})),
+                      Catch::Contains("control token id 512 is not one of its 512 pieces"));
 }
 
 TEST_CASE("llama2.c tokenizer: a file that does not fit is refused", "[tokenizer][errors]") {

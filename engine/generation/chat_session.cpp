@@ -5,9 +5,12 @@
 namespace kvx {
 namespace {
 
-constexpr std::string_view kStart = "<|im_start|>";
-constexpr std::string_view kEnd = "<|im_end|>";
-
+std::string_view trimmed(std::string_view s) {
+    constexpr std::string_view space = " \t\n\r\v\f";
+    const size_t first = s.find_first_not_of(space);
+    if (first == std::string_view::npos) return {};
+    return s.substr(first, s.find_last_not_of(space) - first + 1);
+}
 
 }  // namespace
 
@@ -19,11 +22,15 @@ ChatSession::ChatSession(Engine& engine, const ModelConfig& config, const Tokeni
     if (config.chat.format.empty())
         throw Error("kvx cannot apply this model's chat template '" + config.chat.template_file +
                     "': " + (config.chat.unsupported_reason.empty() ? "unknown format" : config.chat.unsupported_reason));
-    const std::vector<int32_t> end = tokenizer.encode(kEnd, /*add_bos=*/false);
+    format_ = find_chat_format(config.chat.format);
+    if (!format_)  // load_model_config refuses other names; a hand-made config may still hold one
+        throw Error("kvx applies no chat format named '" + config.chat.format + "'");
+    const std::vector<int32_t> end = tokenizer.encode(format_->turn_end, /*add_bos=*/false);
     if (end.size() != 1)
-        throw Error("the chat template ends a turn with '" + std::string(kEnd) +
+        throw Error("the chat template ends a turn with '" + std::string(format_->turn_end) +
                     "', but the tokenizer does not have it as one special token");
     end_of_turn_ = end[0];
+    if (config.chat.add_bos) bos_ = config.bos_token_id;
     if (system)
         system_ = *system;
     else if (config.chat.has_default_system)
@@ -35,16 +42,21 @@ ChatSession::ChatSession(Engine& engine, const ModelConfig& config, const Tokeni
 ChatSession::~ChatSession() { engine_.free_sequence(seq_); }
 
 std::vector<ChatSession::Piece> ChatSession::turn_pieces(std::string_view user_message) const {
-    const std::string start(kStart), end(kEnd);
+    const std::string start(format_->turn_start), end(format_->turn_end);
+    if (format_->trim_messages) user_message = trimmed(user_message);
     std::vector<Piece> pieces;
     if (turns_ == 0) {
-        if (system_) pieces = {{start + "system\n", false}, {*system_, true}, {end + "\n", false}};
+        if (system_ && format_->system_turn) pieces = {{start + "system\n", false}, {*system_, true}, {end + "\n", false}};
     } else {
         pieces.push_back({end + "\n", false});  // closes the previous answer, whose stop token was not appended
     }
     pieces.push_back({start + "user\n", false});
+    if (turns_ == 0 && system_ && !format_->system_turn) {
+        pieces.push_back({*system_, true});
+        pieces.push_back({"\n\n", false});
+    }
     pieces.push_back({std::string(user_message), true});
-    pieces.push_back({end + "\n" + start + "assistant\n", false});
+    pieces.push_back({end + "\n" + start + std::string(format_->assistant_role) + "\n", false});
     return pieces;
 }
 
@@ -55,8 +67,10 @@ std::string ChatSession::turn_text(std::string_view user_message) const {
 }
 
 std::vector<int32_t> ChatSession::turn_tokens(std::string_view user_message) const {
-    // The chat template has no BOS; HF's apply_chat_template tokenizes the rendered text without one too.
+    // BOS only where the template writes it (Gemma's): HF's apply_chat_template tokenizes the rendered text
+    // without adding one.
     std::vector<int32_t> tokens;
+    if (turns_ == 0 && bos_ >= 0) tokens.push_back(bos_);
     if (pending_token_ >= 0) tokens.push_back(pending_token_);
     auto append = [&](const std::vector<int32_t>& more) { tokens.insert(tokens.end(), more.begin(), more.end()); };
     if (parse_special_) {

@@ -2,10 +2,12 @@
 // (the closing of the previous answer, the user's message, the assistant header) to the KV cache that
 // already holds the conversation, so nothing is recomputed between turns.
 //
-// ChatML, the format SmolLM2, Qwen and others use, renders a conversation as
+// The conversation format is the model's (engine/model/chat_format.h). ChatML, the one SmolLM2, Qwen and
+// others use, renders a conversation as
 //   <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n
 // and the model ends its answer with <|im_end|>. That stop token is sampled but not appended, so the next
-// turn's text starts by closing the answer: "<|im_end|>\n<|im_start|>user\n...". An answer cut short (-n,
+// turn's text starts by closing the answer: "<|im_end|>\n<|im_start|>user\n...". Gemma's is the same with
+// other markers, its system message inside the first user turn, and a BOS first. An answer cut short (-n,
 // Ctrl-C) is closed the same way, so the cache always holds exactly what the template renders; when the
 // token limit ended the answer, its last token (sampled but never run) leads the next turn's tokens.
 //
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "engine/generation/generator.h"
+#include "engine/model/chat_format.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
@@ -64,6 +67,8 @@ private:
 
     Engine& engine_;
     const Tokenizer& tokenizer_;
+    const ChatFormat* format_ = nullptr;
+    int32_t bos_ = -1;                   // written before the first turn, or -1
     std::optional<std::string> system_;  // the system message of the first turn, if any
     bool parse_special_ = false;
     int32_t end_of_turn_ = -1;

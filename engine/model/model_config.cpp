@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "engine/model/chat_format.h"
 #include "engine/model/json_file.h"
 #include "engine/model/regular_file.h"
 #include "kernels/error.h"
@@ -146,6 +147,19 @@ void read_token_ids(const ConfigReader& r, ModelConfig& c) {
             c.eos_token_ids.push_back(static_cast<int>(r.integer(id, 0, last, "eos_token_ids")));
 }
 
+// tokenizer.<key>: token ids, ascending, each once, each in the vocabulary; llama2c only.
+void read_piece_ids(const ConfigReader& r, const ModelConfig& c, const json& t, const char* key,
+                    std::vector<int32_t>& ids) {
+    if (!r.has(t, key)) return;
+    const std::string field = std::string("tokenizer.") + key;
+    if (c.tokenizer_type != "llama2c") r.fail(field, "is for the llama2c tokenizer only");
+    for (const json& id : r.array(t[key], field)) {
+        const auto i = static_cast<int32_t>(r.integer(id, 0, c.vocab_size - 1, field));
+        if (!ids.empty() && i <= ids.back()) r.fail(field, "must be ascending and list each id once");
+        ids.push_back(i);
+    }
+}
+
 void read_tokenizer(const ConfigReader& r, ModelConfig& c) {
     if (!r.has(r.root(), "tokenizer")) return;
     const json& t = r.object(r.root()["tokenizer"], "tokenizer");
@@ -160,6 +174,8 @@ void read_tokenizer(const ConfigReader& r, ModelConfig& c) {
         if (c.tokenizer_type != "llama2c") r.fail("tokenizer.add_dummy_prefix", "is for the llama2c tokenizer only");
         c.tokenizer_add_dummy_prefix = r.boolean(t["add_dummy_prefix"], "tokenizer.add_dummy_prefix");
     }
+    read_piece_ids(r, c, t, "user_defined_ids", c.tokenizer_user_defined_ids);
+    read_piece_ids(r, c, t, "control_ids", c.tokenizer_control_ids);
 }
 
 void read_chat(const ConfigReader& r, ModelConfig& c) {
@@ -173,8 +189,11 @@ void read_chat(const ConfigReader& r, ModelConfig& c) {
         c.chat.has_default_system = true;
         c.chat.default_system = r.string(chat["default_system"], "chat.default_system");
     }
-    if (!c.chat.format.empty() && c.chat.format != "chatml")
-        r.fail("chat.format", "= '" + c.chat.format + "' is not a format kvx applies (chatml)");
+    if (!c.chat.format.empty() && !find_chat_format(c.chat.format))
+        r.fail("chat.format", "= '" + c.chat.format + "' is not a format kvx applies (" +
+                                  std::string(chat_format_names()) + ")");
+    if (r.has(chat, "add_bos")) c.chat.add_bos = r.boolean(chat["add_bos"], "chat.add_bos");
+    if (c.chat.add_bos && c.bos_token_id < 0) r.fail("chat.add_bos", "is true but the model has no bos_token_id");
 }
 
 }  // namespace

@@ -31,10 +31,11 @@ enum class WeightDtype { f32, f16 };
 
 // How to turn a conversation into tokens. The converter renders the model's Jinja chat template with
 // jinja2 on probe conversations and records the format when the output matches one kvx knows
-// (tools/kvx_tools/convert/chat_template.py); kvx never interprets Jinja itself.
+// (chat_format.h, tools/kvx_tools/convert/chat_template.py); kvx never interprets Jinja itself.
 struct ChatConfig {
     std::string template_file;       // the template as the model ships it, relative to the model directory
-    std::string format;              // "chatml", or empty when the template is not one kvx can apply
+    std::string format;              // a chat_format.h name, or empty when the template is not one kvx can apply
+    bool add_bos = false;            // the template writes the BOS token before the conversation (Gemma's)
     std::string unsupported_reason;  // why not, when format is empty
     bool has_default_system = false; // the template inserts a system message when the conversation has none
     std::string default_system;
@@ -76,6 +77,10 @@ struct ModelConfig {
     std::string tokenizer_file;  // relative to the model directory
     std::string tokenizer_merges_file;  // "gpt2" only: vocab.bpe, relative to the model directory
     bool tokenizer_add_dummy_prefix = true;  // "llama2c" only: SentencePiece's space before the text (Gemma: false)
+    // "llama2c" only, ascending: SentencePiece's user-defined and control pieces, cut out of the text whole
+    // (engine/tokenizer/whole_pieces.h)
+    std::vector<int32_t> tokenizer_user_defined_ids;
+    std::vector<int32_t> tokenizer_control_ids;
     bool has_chat = false;       // the model came with a chat template
     ChatConfig chat;
 

@@ -10,8 +10,11 @@ namespace {
 
 class Llama2cAdapter final : public Tokenizer {
 public:
-    Llama2cAdapter(const std::string& path, const ModelConfig& c) : impl_(path, c.vocab_size, c.bos_token_id, c.tokenizer_add_dummy_prefix) {}
+    Llama2cAdapter(const std::string& path, const ModelConfig& c)
+        : impl_(path, c.vocab_size, c.bos_token_id,
+                {c.tokenizer_add_dummy_prefix, c.tokenizer_user_defined_ids, c.tokenizer_control_ids}) {}
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const override { return impl_.encode(text, add_bos); }
+    std::vector<int32_t> encode_text(std::string_view text) const override { return impl_.encode_text(text); }
     std::string decode(int32_t prev, int32_t token) const override { return impl_.decode(prev, token); }
 
 private:

@@ -9,8 +9,8 @@
 
 namespace kvx {
 
-Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, bool add_dummy_prefix)
-    : bos_id_(bos_id), add_dummy_prefix_(add_dummy_prefix) {
+Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, SentencePieceOptions options)
+    : bos_id_(bos_id), add_dummy_prefix_(options.add_dummy_prefix) {
     Llama2cVocabulary vocab = read_llama2c_vocabulary(path, vocab_size);
     pieces_ = std::move(vocab.pieces);
     scores_ = std::move(vocab.scores);
@@ -21,6 +21,17 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int 
         const int byte = parse_byte_piece(pieces_[id]);
         if (byte >= 0 && byte_ids_[byte] < 0) byte_ids_[byte] = static_cast<int32_t>(id);
     }
+    auto piece_of = [&](int32_t id, const char* what) -> const std::string& {
+        if (id < 0 || static_cast<size_t>(id) >= pieces_.size())
+            throw Error(path + ": " + what + " token id " + std::to_string(id) + " is not one of its " +
+                        std::to_string(pieces_.size()) + " pieces");
+        return pieces_[static_cast<size_t>(id)];
+    };
+    for (int32_t id : options.user_defined_ids) {
+        user_defined_.add(piece_of(id, "user-defined"), id);
+        user_defined_and_control_.add(piece_of(id, "user-defined"), id);
+    }
+    for (int32_t id : options.control_ids) user_defined_and_control_.add(piece_of(id, "control"), id);
 }
 
 int32_t Llama2cTokenizer::lookup(std::string_view piece) const {
@@ -29,24 +40,49 @@ int32_t Llama2cTokenizer::lookup(std::string_view piece) const {
 }
 
 std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_bos) const {
+    return encode_with(user_defined_and_control_, text, add_bos);
+}
+
+std::vector<int32_t> Llama2cTokenizer::encode_text(std::string_view text) const {
+    return encode_with(user_defined_, text, false);
+}
+
+std::vector<int32_t> Llama2cTokenizer::encode_with(const WholePieces& whole, std::string_view text, bool add_bos) const {
     std::vector<int32_t> tokens;
     if (add_bos && bos_id_ >= 0) tokens.push_back(bos_id_);
-    if (text.empty()) return tokens;
     // The merge numbers symbols with int32 (half the memory of size_t); a text has at most one per byte.
     if (text.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw Error("a text of " + std::to_string(text.size()) + " bytes is too long to tokenise at once");
-    std::vector<int32_t> merged = split(text);
-    merge(merged);
-    tokens.insert(tokens.end(), merged.begin(), merged.end());
+    bool after_whole_piece = true;  // the text's start counts as one, as in llama.cpp
+    size_t run_from = 0;
+    for (size_t at = 0; at < text.size() && !whole.empty();) {
+        const WholePieces::Match m = whole.at(text, at);
+        if (m.id < 0) {
+            ++at;
+            continue;
+        }
+        if (run_from < at) encode_run(text.substr(run_from, at - run_from), after_whole_piece, tokens);
+        tokens.push_back(m.id);
+        after_whole_piece = true;
+        at += m.length;
+        run_from = at;
+    }
+    if (run_from < text.size()) encode_run(text.substr(run_from), after_whole_piece, tokens);
     return tokens;
 }
 
-std::vector<int32_t> Llama2cTokenizer::split(std::string_view text) const {
+void Llama2cTokenizer::encode_run(std::string_view run, bool dummy_prefix, std::vector<int32_t>& out) const {
+    std::vector<int32_t> merged = split(run, dummy_prefix && add_dummy_prefix_);
+    merge(merged);
+    out.insert(out.end(), merged.begin(), merged.end());
+}
+
+std::vector<int32_t> Llama2cTokenizer::split(std::string_view text, bool dummy_prefix) const {
     std::vector<int32_t> tokens;
     tokens.reserve(text.size() + 1);
     // SentencePiece adds a space in front of the text so that its first word is tokenised like any other,
     // unless the model says not to (add_dummy_prefix false: Gemma).
-    if (add_dummy_prefix_) {
+    if (dummy_prefix) {
         const int32_t space = lookup(" ");
         if (space >= 0) tokens.push_back(space);
     }

@@ -11,21 +11,33 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/tokenizer/whole_pieces.h"
+
 namespace kvx {
+
+// What a SentencePiece model says beside its pieces and scores, which tokenizer.bin cannot hold (config.json's
+// tokenizer entry, from the GGUF's token types).
+struct SentencePieceOptions {
+    bool add_dummy_prefix = true;           // a space before the text (SentencePiece's name; Gemma's is false)
+    std::vector<int32_t> user_defined_ids;  // pieces always cut out of the text whole (whole_pieces.h)
+    std::vector<int32_t> control_ids;       // pieces cut out whole where special tokens are read (encode)
+};
 
 class Llama2cTokenizer {
 public:
     // Throws kvx::Error if the file is missing, not a regular file, too large, truncated, corrupt (a length
     // out of range, a non-finite score), or holds a number of pieces other than vocab_size (a tokenizer
-    // that does not fit the model). add_dummy_prefix: SentencePiece's add_dummy_prefix, a fact of the model
-    // (config.json's tokenizer.add_dummy_prefix; Gemma's is false).
-    Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, bool add_dummy_prefix = true);
+    // that does not fit the model), or when an id of `options` is not one of its pieces.
+    Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, SentencePieceOptions options = {});
 
-    // Prepends BOS when asked; a non-empty text gets SentencePiece's dummy-prefix space first when the model
-    // asks for one (after BOS, as llama.cpp does: BOS does not change whether it is added). Then the
-    // adjacent pair whose union scores highest merges, the leftmost among equals, until no pair is a piece:
-    // O(n log n) in the text's length.
+    // Prepends BOS when asked, then cuts the text at its user-defined and control pieces (whole_pieces.h),
+    // each one token. Each run of text between them gets SentencePiece's dummy-prefix space first when the
+    // model asks for one (as llama.cpp does: the first run and every run after a whole piece; BOS does not
+    // count), then the adjacent pair whose union scores highest merges, the leftmost among equals, until no
+    // pair is a piece: O(n log n) in the text's length.
     std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+    // The same with control pieces read as their characters: user text that cannot forge a turn marker.
+    std::vector<int32_t> encode_text(std::string_view text) const;
 
     // The bytes token `token` stands for, given the token before it: BOS is nothing, the leading space of
     // a piece right after BOS is dropped when it is the dummy prefix (add_dummy_prefix), byte pieces become their byte. Control bytes other than whitespace become
@@ -37,7 +49,10 @@ public:
 
 private:
     int32_t lookup(std::string_view piece) const;  // -1 when the piece is not in the vocabulary
-    std::vector<int32_t> split(std::string_view text) const;  // the tokens before any merge
+    std::vector<int32_t> encode_with(const WholePieces& whole, std::string_view text, bool add_bos) const;
+    // A run of text between whole pieces, merged, appended to `out`.
+    void encode_run(std::string_view run, bool dummy_prefix, std::vector<int32_t>& out) const;
+    std::vector<int32_t> split(std::string_view text, bool dummy_prefix) const;  // the tokens before any merge
     void merge(std::vector<int32_t>& tokens) const;
 
     // Looked up by string_view (transparent hash), so probing a candidate merge allocates nothing.
@@ -51,6 +66,8 @@ private:
     size_t max_piece_bytes_ = 0;       // the longest piece: a longer pair cannot merge
     std::unordered_map<std::string, int32_t, PieceHash, std::equal_to<>> ids_;  // piece -> lowest id holding it
     int32_t byte_ids_[256];            // [byte] id of <0xNN>, or -1
+    WholePieces user_defined_;           // cut out by encode_text
+    WholePieces user_defined_and_control_;  // cut out by encode
     int bos_id_;
     bool add_dummy_prefix_;
 };

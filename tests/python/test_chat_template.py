@@ -6,6 +6,7 @@ including templates that fail in Python, never end, or need unbounded memory or 
 import errno
 import time
 import unittest
+from pathlib import Path
 from unittest import mock
 
 from kvx_tools.convert import bounded_child, chat_template
@@ -29,6 +30,9 @@ You are a helpful assistant.<|im_end|>
 {% if add_generation_prompt %}
 <|im_start|>assistant
 {% endif %}"""
+
+# Gemma's turns (testdata/chat_templates/gemma.jinja).
+GEMMA = (Path(__file__).resolve().parents[2] / "testdata" / "chat_templates" / "gemma.jinja").read_text()
 
 # Llama-2 style [INST] blocks: not ChatML.
 LLAMA2 = ("{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
@@ -65,10 +69,18 @@ class ChatTemplates(unittest.TestCase):
         self.assertEqual(chatml(messages, "S"), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
                                                 "<|im_start|>assistant\n")
 
+    def test_gemma_turns(self):
+        self.assertEqual(analyse_chat_template(GEMMA), {"format": "gemma", "add_bos": True})
+        untrimmed = analyse_chat_template(GEMMA.replace(" | trim", ""))
+        self.assertIsNone(untrimmed["format"])
+        self.assertIn("does not trim", untrimmed["unsupported"])
+        no_bos = analyse_chat_template(GEMMA.replace("{{ bos_token }}", ""))
+        self.assertEqual(no_bos, {"format": "gemma"})
+
     def test_other_formats_are_refused_with_a_reason(self):
-        entry = analyse_chat_template(LLAMA2, bos_token="<s>", eos_token="</s>")
+        entry = analyse_chat_template(LLAMA2, eos_token="</s>")
         self.assertIsNone(entry["format"])
-        self.assertIn("not ChatML", entry["unsupported"])
+        self.assertIn("neither ChatML nor Gemma's turns", entry["unsupported"])
 
     def test_template_errors_are_refused_with_a_reason(self):
         for source in (RAISES, "{% for x in %}"):

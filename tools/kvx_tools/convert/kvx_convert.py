@@ -25,8 +25,8 @@ from .kvx_writer import kvx_config, write_model_dir
 from .onnx_loading import check_onnx_model, load_onnx_model
 from .op_support import check_supported_ops
 from .sliding_window import sliding_window_of
-from .special_tokens import dummy_prefix, special_token_ids
-from .tokenizer_bundle import bundle, carry_dummy_prefix
+from .special_tokens import dummy_prefix, special_token_ids, whole_piece_ids
+from .tokenizer_bundle import bundle, carry_sentencepiece_options
 from .weight_check import check_finite_weights
 from .weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
 
@@ -90,7 +90,7 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
         extras.bos_token_id = bos
     if eos is not None:
         extras.eos_token_ids = eos
-    carry_dummy_prefix(extras, dummy_prefix(model))
+    carry_sentencepiece_options(extras, dummy_prefix(model), whole_piece_ids(model, vocab_size))
     window = sliding_window_of(model, mapped.hyperparameters["n_layers"], ix, mapped.graph_windows, genai,
                                lambda line: print(f"kvx convert: warning: {line}", file=sys.stderr))
     dtype = dtype or source_dtype(mapped.tensors)

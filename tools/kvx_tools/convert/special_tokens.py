@@ -1,7 +1,8 @@
 """The BOS and EOS token ids the ONNX model's metadata_props hold when the exporter wrote them
 (bos_token_id: a JSON int; eos_token_id: a JSON int or list of ints, as in HF's config.json). They win over
-what the tokenizer files imply (tokenizer_bundle.py). Beside them, add_dummy_prefix (a JSON true or false):
-whether a llama2.c tokenizer puts SentencePiece's space before the text, which its tokenizer.bin cannot say."""
+what the tokenizer files imply (tokenizer_bundle.py). Beside them, what a llama2.c tokenizer.bin cannot say of
+its SentencePiece model: add_dummy_prefix (a JSON true or false: a space before the text), and
+user_defined_token_ids and control_token_ids (JSON lists: the pieces cut out of the text whole)."""
 
 import json
 
@@ -10,6 +11,7 @@ from .convert_errors import ConvertError
 BOS_METADATA = "bos_token_id"
 EOS_METADATA = "eos_token_id"
 DUMMY_PREFIX_METADATA = "add_dummy_prefix"
+WHOLE_PIECE_METADATA = {"user_defined_ids": "user_defined_token_ids", "control_ids": "control_token_ids"}
 
 
 def _token_ids(props, key, vocab_size):
@@ -67,3 +69,10 @@ def dummy_prefix(model):
         raise ConvertError(f"metadata '{DUMMY_PREFIX_METADATA}' must be true or false, not "
                            f"{props[DUMMY_PREFIX_METADATA]!r}")
     return value
+
+
+def whole_piece_ids(model, vocab_size):
+    """{"user_defined_ids": [...], "control_ids": [...]} as far as the metadata holds them, each list sorted."""
+    props = {p.key: p.value for p in model.metadata_props}
+    return {entry: sorted(set(_token_ids(props, key, vocab_size)))
+            for entry, key in WHOLE_PIECE_METADATA.items() if key in props}

@@ -90,17 +90,21 @@ def _bundle_chat_template(b, path):
     b.files[CHAT_TEMPLATE_FILE] = path
 
 
-def carry_dummy_prefix(b, add_dummy_prefix):
-    """Puts the model's add_dummy_prefix (None: the model does not say) into the llama2c tokenizer's entry.
-    Only a false one is written: absent means true to kvx, so configs of models that do not say are unchanged.
-    A tokenizer.json or GPT-2 vocabulary has its own rules for spaces, so the fact cannot go with one."""
-    if add_dummy_prefix is None or b.tokenizer is None:
+def carry_sentencepiece_options(b, add_dummy_prefix, whole_pieces):
+    """Puts the model's add_dummy_prefix (None: the model does not say) and its whole-piece ids
+    ({"user_defined_ids": [...], "control_ids": [...]}, either absent) into the llama2c tokenizer's entry.
+    Only a false add_dummy_prefix is written: absent means true to kvx, so configs of models that do not say
+    are unchanged. A tokenizer.json or GPT-2 vocabulary has its own rules for spaces and added tokens, so
+    these facts cannot go with one."""
+    said = {**({} if add_dummy_prefix is None else {"add_dummy_prefix": add_dummy_prefix}), **whole_pieces}
+    if not said or b.tokenizer is None:
         return
     if b.tokenizer["type"] != "llama2c":
-        raise ConvertError(f"the model's metadata says add_dummy_prefix = {str(add_dummy_prefix).lower()}, "
-                           f"which is for a llama2.c tokenizer.bin, not a {b.tokenizer['type']} tokenizer")
-    if not add_dummy_prefix:
+        raise ConvertError(f"the model's metadata gives {', '.join(said)}, which is for a llama2.c tokenizer.bin, "
+                           f"not a {b.tokenizer['type']} tokenizer")
+    if add_dummy_prefix is False:
         b.tokenizer["add_dummy_prefix"] = False
+    b.tokenizer.update(whole_pieces)
 
 
 def bundle(tokenizer_path, merges_path, chat_template_path, vocab_size):

@@ -18,8 +18,9 @@ def graph_metadata(config):
     """metadata_props of the exported model: the context length, the special token ids when known, and
     the sliding window when there is one (kvx convert reads them; the keys are HF config.json's, which
     spells the EOS key in the singular and names each layer's attention in layer_types), and whether a
-    SentencePiece tokenizer puts a space before the text (add_dummy_prefix, SentencePiece's name) when the
-    exporter read it from the source."""
+    SentencePiece tokenizer puts a space before the text (add_dummy_prefix, SentencePiece's name) and which of
+    its pieces it cuts out of the text whole (user_defined_token_ids, control_token_ids) when the exporter
+    read them from the source."""
     metadata = {"max_position_embeddings": config["max_seq_len"]}
     if config.get("sliding_window"):
         windowed = set(config["window_layers"])
@@ -32,6 +33,9 @@ def graph_metadata(config):
         metadata["eos_token_id"] = json.dumps([int(t) for t in config["eos_token_ids"]])
     if "add_dummy_prefix" in config:
         metadata["add_dummy_prefix"] = json.dumps(bool(config["add_dummy_prefix"]))
+    for key in ("user_defined_token_ids", "control_token_ids"):
+        if key in config:
+            metadata[key] = json.dumps([int(t) for t in config[key]])
     return metadata
 
 

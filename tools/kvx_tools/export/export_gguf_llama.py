@@ -15,7 +15,7 @@ from pathlib import Path
 from .gemma3_graph import build_gemma3_graph
 from .gguf_checkpoint import GgufError, gguf_architecture, open_gguf, read_gguf_gemma3, read_gguf_llama
 from .gguf_tokenizer import (LLAMA2C_TOKENIZER_FILE, gguf_add_space_prefix, gguf_chat_template, gguf_llama2c_tokenizer,
-                             gguf_tokenizer)
+                             gguf_tokenizer, gguf_whole_piece_ids)
 from .llama_graph import build_llama_graph
 from .onnx_save import save_onnx
 
@@ -52,6 +52,7 @@ def _export_gemma3(reader, gguf_path, onnx_path, external_data):
     tokenizer = gguf_llama2c_tokenizer(reader)
     config, weights = read_gguf_gemma3(reader, gguf_path)
     config["add_dummy_prefix"] = gguf_add_space_prefix(reader)  # into the ONNX metadata, for config.json
+    config["user_defined_token_ids"], config["control_token_ids"] = gguf_whole_piece_ids(reader)
     save_onnx(build_gemma3_graph(config, weights), onnx_path, external_data)
     out_dir = Path(onnx_path).parent
     (out_dir / LLAMA2C_TOKENIZER_FILE).write_bytes(tokenizer)

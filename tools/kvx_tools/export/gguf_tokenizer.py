@@ -12,7 +12,9 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from .gguf_metadata import GgufError, metadata_list, metadata_str, metadata_value
 
 TOKEN_TYPE_NORMAL = 1
+TOKEN_TYPE_UNKNOWN = 2
 TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
 
 
 def _smollm_pre_tokenizer():
@@ -103,3 +105,18 @@ def gguf_llama2c_tokenizer(reader):
     for piece, score in zip(pieces, scores):
         out.append(struct.pack("<fi", float(score), len(piece)) + piece)
     return b"".join(out)
+
+
+def gguf_whole_piece_ids(reader):
+    """(user_defined, control): the ids of the SentencePiece pieces a tokenizer cuts out of the text whole
+    before merging, from tokenizer.ggml.token_type: user-defined ones always (Gemma's runs of spaces and HTML
+    tags), control and unknown ones where special tokens are read (llama.cpp's special-token partition)."""
+    tokens = metadata_list(reader, "tokenizer.ggml.tokens", str)
+    if "tokenizer.ggml.token_type" not in reader.fields:
+        return [], []
+    types = metadata_list(reader, "tokenizer.ggml.token_type", int)
+    if len(types) != len(tokens):
+        raise GgufError(f"GGUF tokenizer.ggml.token_type gives {len(types)} types for {len(tokens)} tokens")
+    user_defined = [i for i, kind in enumerate(types) if kind == TOKEN_TYPE_USER_DEFINED]
+    control = [i for i, kind in enumerate(types) if kind in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNKNOWN)]
+    return user_defined, control

@@ -1,0 +1,21 @@
+#include "engine/model/chat_format.h"
+
+namespace kvx {
+namespace {
+
+constexpr ChatFormat kFormats[] = {
+    {"chatml", "<|im_start|>", "<|im_end|>", "assistant", /*system_turn=*/true, /*trim_messages=*/false},
+    {"gemma", "<start_of_turn>", "<end_of_turn>", "model", /*system_turn=*/false, /*trim_messages=*/true},
+};
+
+}  // namespace
+
+const ChatFormat* find_chat_format(std::string_view name) {
+    for (const ChatFormat& f : kFormats)
+        if (f.name == name) return &f;
+    return nullptr;
+}
+
+std::string_view chat_format_names() { return "chatml, gemma"; }
+
+}  // namespace kvx
