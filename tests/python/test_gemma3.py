@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from kvx_tools.convert.kvx_convert import convert
+from kvx_tools.bench.llamacpp_f32 import llamacpp_f32_gguf
 from kvx_tools.export.export_gguf_llama import export_gguf, tokenizer_file
 from kvx_tools.export.fetch_gemma3 import MODEL_FOLDER, FetchError, fetch_gemma3
 from kvx_tools.export.fetch_smollm2 import default_cache
@@ -99,22 +100,6 @@ def _llama(gguf_path, logits_all=False):
     # An fp32 KV cache (ggml type 0), as kvx's: llama.cpp's default fp16 one rounds every key and value.
     return Llama(model_path=str(gguf_path), n_ctx=512, n_threads=2, verbose=False, logits_all=logits_all,
                  type_k=0, type_v=0)
-
-
-def _llama_fp32_gguf(gguf_path):
-    """The fp32 GGUF llama.cpp's quantize tool writes from gguf_path (every tensor dequantized), kept beside it."""
-    import ctypes
-    import llama_cpp
-    out = gguf_path.with_name(gguf_path.stem + ".llama-cpp-f32.gguf")
-    if not out.is_file():
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = 0  # LLAMA_FTYPE_ALL_F32
-        params.allow_requantize = True
-        partial = out.with_suffix(".partial")
-        if llama_cpp.llama_model_quantize(str(gguf_path).encode(), str(partial).encode(), ctypes.byref(params)) != 0:
-            raise RuntimeError(f"llama.cpp could not write an fp32 copy of {gguf_path}")
-        os.replace(partial, out)
-    return out
 
 
 def _llama_greedy(llama, prompt):
@@ -240,7 +225,7 @@ class Gemma3(unittest.TestCase):
 
     def test_greedy_text_against_llama_cpp_fp32(self):
         try:
-            llama = _llama(_llama_fp32_gguf(self.gguf), logits_all=True)
+            llama = _llama(llamacpp_f32_gguf(self.gguf), logits_all=True)
         except ImportError:
             llama = None
         if llama is None:

@@ -7,6 +7,8 @@ Bytes read per decoded token, from a kvx model directory (config.json and the sa
            (rope_inv_freq is a few bytes of table, left out.)
   KV:      n_layers * 2 (K and V) * n_kv_heads * head_dim * bytes per element, per token of context; a
            decode of n tokens after a prompt of p reads on average p + n / 2 positions.
+A peer's quantized GGUF (llama.cpp's Q4_K_M) reads its own tensor bytes instead (gguf_weight_bytes_per_token):
+every tensor's stored size, a tied token embedding once, as the classifier.
 The read bandwidth is kvx_read_bandwidth's median streaming read of a buffer far larger than the caches.
 """
 import json
@@ -47,14 +49,23 @@ def weight_bytes_per_token(model_dir):
     return total + row if config.get("tied_embeddings") else total - tensor_bytes(embedding) + row
 
 
+def gguf_weight_bytes_per_token(gguf_path):
+    """Stored bytes of every tensor of a GGUF file (the gguf package): what llama.cpp reads per decoded token
+    when the classifier is the (tied) embedding, as in Gemma 3; an untied embedding would count once too much."""
+    from gguf import GGUFReader
+    return sum(int(t.n_bytes) for t in GGUFReader(str(gguf_path)).tensors)
+
+
 def kv_bytes_per_position(model_dir, kv_dtype="f32"):
     config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
     return config["n_layers"] * 2 * config["n_kv_heads"] * config["head_dim"] * KV_BYTES[kv_dtype]
 
 
-def bytes_per_decoded_token(model_dir, prompt_tokens, new_tokens, kv_dtype="f32"):
+def bytes_per_decoded_token(model_dir, prompt_tokens, new_tokens, kv_dtype="f32", weights_gguf=None):
+    """Weights (the kvx model's, or weights_gguf's stored tensors) + the mean context's KV, per decoded token."""
     mean_context = prompt_tokens + new_tokens / 2
-    return weight_bytes_per_token(model_dir) + kv_bytes_per_position(model_dir, kv_dtype) * mean_context
+    weights = gguf_weight_bytes_per_token(weights_gguf) if weights_gguf else weight_bytes_per_token(model_dir)
+    return weights + kv_bytes_per_position(model_dir, kv_dtype) * mean_context
 
 
 def measure_read_bandwidth(binary, megabytes=1024, passes=11):
