@@ -44,10 +44,10 @@ HF_RELATIVE_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3}
 # Families kvx does not run: the one line the converter must stop with (a fragment of it), per exporter
 # family of graphs ("torch": torchscript, torchscript-past, dynamo, optimum; "genai": the builder's).
 REFUSED = {
-    # Phi-3's torch graphs convert (CONVERTED_PAIRS), the builder's are refused (REFUSED_GENAI); LongRoPE
-    # scales cos/sin by its attention factor.
+    # Phi-3's torch graphs convert (CONVERTED_PAIRS), the builder's are refused (REFUSED_GENAI), LongRoPE's
+    # too (the torch graphs' cos/sin carry its attention factor, folded into the attention scale).
     "phi3": "miswired lm_head",
-    "phi3-longrope": "LongRoPE's attention factor",
+    "phi3-longrope": None,
     # Gemma 2 converts but for the builder's fp16 graph (CONVERTED_PAIRS, REFUSED_GENAI).
     "gemma2": None,
 }
@@ -65,6 +65,7 @@ AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of
 # Pairs of a family otherwise refused that convert: Phi-3 from the torch exporters (the builder's Phi-3 has a
 # miswired lm_head, REFUSED_GENAI).
 CONVERTED_PAIRS = ("phi3/torchscript", "phi3/torchscript-past", "phi3/dynamo", "phi3/optimum",
+                   "phi3-longrope/torchscript", "phi3-longrope/torchscript-past", "phi3-longrope/optimum",
                    "gemma2/torchscript", "gemma2/torchscript-past", "gemma2/dynamo", "gemma2/optimum",
                    "gemma2/genai-fp32")
 

@@ -15,6 +15,8 @@ MatMul with the (head-repeated) cached values, heads merged, o_proj, residual Ad
 from dataclasses import dataclass, field
 from typing import Optional
 
+import math
+
 import numpy as np
 from onnx import NodeProto
 
@@ -92,7 +94,17 @@ def match_attention(ix, normed, residual, after):
         wq=q.linear.weight, wk=k.linear.weight, wv=v.linear.weight,
         wo=linear_weight(ix, o_proj), n_heads=q.n_heads, n_kv_heads=k.n_heads, head_dim=q.head_dim,
         inv_freq=q.rope.inv_freq, output=output, biases=biases, q_norm=q.norm, k_norm=k.norm,
-        scale=found.get("scale"), softcap=found.get("softcap"), mask=found.get("mask"), post_norm=post_norm)
+        scale=_with_rope_amplitude(found.get("scale"), q, k), softcap=found.get("softcap"), mask=found.get("mask"),
+        post_norm=post_norm)
+
+
+def _with_rope_amplitude(scale, q, k):
+    """The q.k scale (None: 1/sqrt(head_dim)) with the RoPE's attention factor folded in: cos and sin scaled
+    by a on both q and k scale every score by a^2 (patterns_rope.py). None where there is no factor."""
+    amplitude = q.rope.amplitude * k.rope.amplitude
+    if amplitude == 1.0:
+        return scale
+    return (scale if scale is not None else 1.0 / math.sqrt(q.head_dim)) * amplitude
 
 
 def residual_after(ix, residual, branch, branch_node):

@@ -1,6 +1,9 @@
 """Rotary position embedding as HF Llama writes it (rope_style "half"):
     x * cos + rotate_half(x) * sin,   rotate_half(x) = Concat(Neg(x[..., hd/2:]), x[..., :hd/2])
 with cos, sin = Cos/Sin(Concat(freqs, freqs)) and freqs = positions x inv_freq, inv_freq a constant.
+cos and sin may both be multiplied by one constant, an attention factor (HF's attention_scaling: LongRoPE's
+sqrt(1 + ln(s) / ln(original context)), YaRN's mscale): it scales q and k alike, so the mapper folds its square
+into the attention scale, exact where every dimension is rotated (match_rope rotates all of head_dim).
 
 Any other pairing (e.g. interleaved neighbours, x[..., ::2]) is refused: kvx stores Q/K rows in the
 rotate-half order and must not guess."""
@@ -19,6 +22,7 @@ LAST_AXIS_OF_4D = (-1, 3)
 class Rope:
     output: str  # the rotated tensor, [b, heads, s, head_dim]
     inv_freq: np.ndarray  # [head_dim / 2] fp32, the frequency of pair (j, j + head_dim/2)
+    amplitude: float = 1.0  # the constant cos and sin are multiplied by (an attention factor), 1 for plain RoPE
 
 
 def match_rope(ix, x, head_dim):
@@ -36,43 +40,30 @@ def match_rope(ix, x, head_dim):
     sin_tensor = ix.other_input(sin_mul, concat.output[0])
     cos_mul, add = _cos_term_and_sum(ix, x, sin_mul)
     cos_tensor = ix.other_input(cos_mul, x)
-    cos = ix.producer_op(_trace_to_trig(ix, cos_tensor), "Cos")
-    sin = ix.producer_op(_trace_to_trig(ix, sin_tensor), "Sin")
+    cos_source, cos_factor = _trace_to_trig(ix, cos_tensor)
+    sin_source, sin_factor = _trace_to_trig(ix, sin_tensor)
+    cos, sin = ix.producer_op(cos_source, "Cos"), ix.producer_op(sin_source, "Sin")
     if cos is None or sin is None or cos.input[0] != sin.input[0]:
-        factor = _trig_factor(ix, cos_tensor)
-        if factor is not None:
-            raise ConvertError(f"node '{add.name}': RoPE's cos/sin scaled by {factor:.6g} (LongRoPE's attention "
-                               "factor); kvx's RoPE has no such factor")
         raise cannot_map(add, "x * Cos(angles) + rotate_half(x) * Sin(angles), both of the same angles")
-    return Rope(output=add.output[0], inv_freq=_inv_freq(ix, cos, head_dim))
+    if cos_factor != sin_factor:
+        raise cannot_map(add, f"cos and sin scaled by one factor, found {cos_factor:.6g} and {sin_factor:.6g}")
+    return Rope(output=add.output[0], inv_freq=_inv_freq(ix, cos, head_dim), amplitude=cos_factor)
 
 
 def _trace_to_trig(ix, tensor):
-    """Walks back from a cos/sin operand through reshapes, casts and HF's attention_scaling factor
-    when it is 1 (a scaled RoPE variant would need its factor in config.json; kvx has none)."""
+    """(where a cos/sin operand leads, the product of the constant factors on the way): walks back through
+    reshapes, casts and Muls by a constant (HF's attention_scaling, 1 unless the RoPE is scaled)."""
+    factor = 1.0
     while True:
         tensor = ix.trace_back(tensor)
         node = ix.producer(tensor)
         if node is None or node.op_type != "Mul":
-            return tensor
-        factor_of = {t: ix.scalar(ix.other_input(node, t)) for t in node.input}
-        unscaled = [t for t, factor in factor_of.items() if factor == 1.0]
-        if not unscaled:
-            return tensor
-        tensor = unscaled[0]
-
-
-def _trig_factor(ix, tensor):
-    """The constant factor other than 1 a cos/sin operand is Mul(Cos(..), c) by, else None."""
-    tensor = ix.trace_back(tensor)
-    node = ix.producer(tensor)
-    if node is None or node.op_type != "Mul":
-        return None
-    for t in node.input:
-        factor = ix.scalar(ix.other_input(node, t))
-        if factor is not None and factor != 1.0 and ix.producer_op(ix.trace_back(t), "Cos") is not None:
-            return factor
-    return None
+            return tensor, factor
+        scaled = [(t, ix.scalar(ix.other_input(node, t))) for t in node.input]
+        scaled = [(t, f) for t, f in scaled if f is not None]
+        if not scaled:
+            return tensor, factor
+        tensor, factor = scaled[0][0], factor * float(scaled[0][1])
 
 
 def _slice_params(ix, node, head_dim=None):
