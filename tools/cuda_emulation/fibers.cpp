@@ -33,8 +33,9 @@ void emu_fail(const char* what) {
 #error "the CUDA emulation's fiber switch is written for x86-64 (System V ABI): port kvx_emu_switch"
 #endif
 
-// kvx_emu_switch(&from_sp, to_sp): pushes the callee-saved registers and the SSE/x87 control words on the
-// current stack, stores the stack pointer in *from_sp, and pops the same from to_sp's stack.
+// kvx_emu_switch(&from_sp, to_sp): pushes the callee-saved registers on the current stack, stores the stack
+// pointer in *from_sp, and pops the same from to_sp's stack. The SSE and x87 control words are not switched:
+// every fiber runs with the host thread's, which no kernel changes.
 extern "C" void kvx_emu_switch(void** from_sp, void* to_sp);
 asm(R"(
     .pushsection .text
@@ -47,14 +48,8 @@ kvx_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -71,11 +66,13 @@ namespace {
 // Kernels keep small arrays in registers; on the host they are stack. ASan's redzones need the room.
 constexpr size_t kStackBytes = size_t{256} << 10;
 constexpr size_t kGuardBytes = 4096;  // an inaccessible page under each stack: an overflow faults
+constexpr size_t kLiveFramesBytes = 16 << 10;  // more than fiber_main's and leave's frames under ASan
+constexpr unsigned kHost = ~0u;       // next_to_run's answer when the block is over
 
 enum class Wait : unsigned char { none, block, warp, done };
 
 struct Fiber {
-    void* sp = nullptr;  // the saved stack pointer while switched away
+    void* sp = nullptr;              // the saved stack pointer while switched away
     unsigned char* stack = nullptr;  // kStackBytes above a guard page, kept for the next blocks
     Wait wait = Wait::none;
     void* fake_stack = nullptr;  // ASan's fake stack while switched away
@@ -89,9 +86,9 @@ struct Block {
     std::vector<unsigned> warp_waiting, warp_returned;
     unsigned at_barrier = 0, returned = 0, current = 0;
     std::vector<unsigned char> smem;
-    void* scheduler_sp = nullptr;
-    const void* scheduler_bottom = nullptr;
-    size_t scheduler_size = 0;
+    void* host_sp = nullptr;  // the launching host code, resumed when every thread has returned
+    const void* host_bottom = nullptr;
+    size_t host_size = 0;
 };
 
 thread_local Block* running = nullptr;  // the block being run on this host thread
@@ -108,52 +105,6 @@ unsigned char* new_stack() {
     if (p == MAP_FAILED) emu_fail("cannot map a fiber stack");
     if (mprotect(p, kGuardBytes, PROT_NONE) != 0) emu_fail("cannot protect a fiber stack's guard page");
     return static_cast<unsigned char*>(p) + kGuardBytes;
-}
-
-// Switches from the current fiber back to the scheduler, which resumes it once `wait` is over.
-void wait_in_fiber(Wait wait) {
-    Block& b = *running;
-    Fiber& f = b.fibers[b.current];
-    f.wait = wait;
-#ifdef KVX_EMU_ASAN
-    __sanitizer_start_switch_fiber(&f.fake_stack, b.scheduler_bottom, b.scheduler_size);
-#endif
-    kvx_emu_switch(&f.sp, b.scheduler_sp);
-#ifdef KVX_EMU_ASAN
-    __sanitizer_finish_switch_fiber(f.fake_stack, &b.scheduler_bottom, &b.scheduler_size);
-#endif
-}
-
-[[noreturn]] void fiber_main() {
-    Block& b = *running;
-#ifdef KVX_EMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_bottom, &b.scheduler_size);
-#endif
-    (*b.body)();
-    const unsigned t = b.current;
-    b.fibers[t].wait = Wait::done;
-    ++b.returned;
-    ++b.warp_returned[t / 32];
-#ifdef KVX_EMU_ASAN
-    __sanitizer_start_switch_fiber(nullptr, b.scheduler_bottom, b.scheduler_size);  // this fiber is over
-#endif
-    void* finished = nullptr;
-    kvx_emu_switch(&finished, b.scheduler_sp);
-    __builtin_unreachable();
-}
-
-void switch_to(Block& b, unsigned t) {
-    b.current = t;
-    threadIdx = {t, 0, 0};
-    Fiber& f = b.fibers[t];
-#ifdef KVX_EMU_ASAN
-    void* fake_stack = nullptr;
-    __sanitizer_start_switch_fiber(&fake_stack, f.stack, kStackBytes);
-#endif
-    kvx_emu_switch(&b.scheduler_sp, f.sp);
-#ifdef KVX_EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
-#endif
 }
 
 // Opens the waits that are complete; returns whether any was.
@@ -179,21 +130,100 @@ bool release(Block& b) {
     return released;
 }
 
+// Apart from the switch path, whose frame (switched through at every wait) it would make large.
+[[noreturn, gnu::noinline, gnu::cold]] void deadlock(const Block& b) {
+    const std::string what = "deadlock: of " + std::to_string(b.threads - b.returned) + " threads still running, " +
+                             std::to_string(b.at_barrier) +
+                             " wait at __syncthreads and the others at a shuffle their warp never completes";
+    emu_fail(what.c_str());
+}
+
+// The thread to run after the current one waits or returns: the next runnable one in this pass over the block;
+// at the end of a pass, after opening the waits that are complete, the first runnable one; kHost when every
+// thread has returned. Threads run in a fixed order, each as far as it can.
+unsigned next_to_run(Block& b) {
+    for (unsigned t = b.current + 1; t < b.threads; ++t)
+        if (b.fibers[t].wait == Wait::none) return t;
+    release(b);
+    for (unsigned t = 0; t < b.threads; ++t)
+        if (b.fibers[t].wait == Wait::none) return t;
+    if (b.returned == b.threads) return kHost;
+    deadlock(b);
+}
+
+// Switches from thread `from` (waiting, or returned: then it is never resumed) straight to the next thread
+// to run, or to the host. One switch per hop: going through a scheduler would take two.
+void leave(Block& b, unsigned from, bool returned) {
+    const unsigned to = next_to_run(b);
+    if (to == from) return;  // the only thread that can run is this one (its wait opened at once)
+    void* finished_sp = nullptr;
+    void** save = returned ? &finished_sp : &b.fibers[from].sp;
+#ifdef KVX_EMU_ASAN
+    void** fake = returned ? nullptr : &b.fibers[from].fake_stack;  // null: this fiber is over
+#endif
+    if (to == kHost) {
+#ifdef KVX_EMU_ASAN
+        __sanitizer_start_switch_fiber(fake, b.host_bottom, b.host_size);
+#endif
+        kvx_emu_switch(save, b.host_sp);
+    } else {
+        b.current = to;
+        threadIdx = {to, 0, 0};
+#ifdef KVX_EMU_ASAN
+        __sanitizer_start_switch_fiber(fake, b.fibers[to].stack, kStackBytes);
+#endif
+        kvx_emu_switch(save, b.fibers[to].sp);
+    }
+#ifdef KVX_EMU_ASAN
+    __sanitizer_finish_switch_fiber(b.fibers[from].fake_stack, nullptr, nullptr);
+#endif
+}
+
+void wait_in_fiber(Wait wait) {
+    Block& b = *running;
+    const unsigned self = b.current;
+    b.fibers[self].wait = wait;
+    leave(b, self, false);
+}
+
+[[noreturn]] void fiber_main() {
+    Block& b = *running;
+#ifdef KVX_EMU_ASAN
+    // Every fiber starts from the previous one but fiber 0, which the host starts: the host's stack is learned there.
+    const void* from_bottom = nullptr;
+    size_t from_size = 0;
+    __sanitizer_finish_switch_fiber(nullptr, &from_bottom, &from_size);
+    if (b.current == 0) {
+        b.host_bottom = from_bottom;
+        b.host_size = from_size;
+    }
+#endif
+    (*b.body)();
+    const unsigned t = b.current;
+    b.fibers[t].wait = Wait::done;
+    ++b.returned;
+    ++b.warp_returned[t / 32];
+    leave(b, t, true);
+    __builtin_unreachable();
+}
+
 // A fresh start of fiber_main on f's stack: the frame kvx_emu_switch pops, returning into fiber_main with the
 // stack aligned as after a call (rsp % 16 == 8), under a null return address it never uses.
 void prepare(Fiber& f) {
     if (!f.stack) f.stack = new_stack();
 #ifdef KVX_EMU_ASAN
-    // The previous fiber on this stack left it by a switch, never returning from fiber_main's frame.
-    __asan_unpoison_memory_region(f.stack, kStackBytes);
+    // The previous fiber on this stack left it by a switch, never returning from fiber_main's and leave's
+    // frames, whose redzones stay poisoned; every deeper frame had returned. Their top of the stack only:
+    // unpoisoning all 256 KiB per thread per block took half the run time.
+    __asan_unpoison_memory_region(f.stack + kStackBytes - kLiveFramesBytes, kLiveFramesBytes);
 #endif
     auto* sp = reinterpret_cast<uint64_t*>(f.stack + kStackBytes);
-    *--sp = 0;                                             // fiber_main's return address
-    *--sp = reinterpret_cast<uint64_t>(&fiber_main);       // kvx_emu_switch's
-    for (int r = 0; r < 6; ++r) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
-    *--sp = 0x1F80u | (uint64_t{0x037F} << 32);            // MXCSR and x87 control word at their defaults
+    *--sp = 0;                                        // fiber_main's return address
+    *--sp = reinterpret_cast<uint64_t>(&fiber_main);  // kvx_emu_switch's
+    for (int r = 0; r < 6; ++r) *--sp = 0;            // rbp rbx r12 r13 r14 r15
     f.sp = sp;
     f.wait = Wait::none;
+    f.fake_stack = nullptr;
 }
 
 void run_block(Block& b) {
@@ -201,20 +231,16 @@ void run_block(Block& b) {
     std::fill(b.warp_waiting.begin(), b.warp_waiting.end(), 0u);
     std::fill(b.warp_returned.begin(), b.warp_returned.end(), 0u);
     b.at_barrier = b.returned = 0;
-    while (b.returned < b.threads) {
-        bool ran = false;
-        for (unsigned t = 0; t < b.threads; ++t)
-            if (b.fibers[t].wait == Wait::none) {
-                switch_to(b, t);
-                ran = true;
-            }
-        if (!release(b) && !ran && b.returned < b.threads) {
-            const std::string what = "deadlock: of " + std::to_string(b.threads - b.returned) +
-                                     " threads still running, " + std::to_string(b.at_barrier) +
-                                     " wait at __syncthreads and the others at a shuffle their warp never completes";
-            emu_fail(what.c_str());
-        }
-    }
+    b.current = 0;
+    threadIdx = {0, 0, 0};
+#ifdef KVX_EMU_ASAN
+    void* host_fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&host_fake_stack, b.fibers[0].stack, kStackBytes);
+#endif
+    kvx_emu_switch(&b.host_sp, b.fibers[0].sp);  // back when every thread has returned
+#ifdef KVX_EMU_ASAN
+    __sanitizer_finish_switch_fiber(host_fake_stack, nullptr, nullptr);
+#endif
 }
 
 }  // namespace
