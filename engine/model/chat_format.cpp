@@ -1,5 +1,7 @@
 #include "engine/model/chat_format.h"
 
+#include <string>
+
 namespace kvx {
 namespace {
 
@@ -16,6 +18,13 @@ const ChatFormat* find_chat_format(std::string_view name) {
     return nullptr;
 }
 
-std::string_view chat_format_names() { return "chatml, gemma"; }
+std::string_view chat_format_names() {
+    static const std::string names = [] {
+        std::string joined;
+        for (const ChatFormat& f : kFormats) (joined += joined.empty() ? "" : ", ") += f.name;
+        return joined;
+    }();
+    return names;
+}
 
 }  // namespace kvx

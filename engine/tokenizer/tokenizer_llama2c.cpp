@@ -28,8 +28,9 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int 
         return pieces_[static_cast<size_t>(id)];
     };
     for (int32_t id : options.user_defined_ids) {
-        user_defined_.add(piece_of(id, "user-defined"), id);
-        user_defined_and_control_.add(piece_of(id, "user-defined"), id);
+        const std::string& piece = piece_of(id, "user-defined");
+        user_defined_.add(piece, id);
+        user_defined_and_control_.add(piece, id);
     }
     for (int32_t id : options.control_ids) user_defined_and_control_.add(piece_of(id, "control"), id);
 }
@@ -53,7 +54,8 @@ std::vector<int32_t> Llama2cTokenizer::encode_with(const WholePieces& whole, std
     // The merge numbers symbols with int32 (half the memory of size_t); a text has at most one per byte.
     if (text.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw Error("a text of " + std::to_string(text.size()) + " bytes is too long to tokenise at once");
-    bool after_whole_piece = true;  // the text's start counts as one, as in llama.cpp
+    // Every run of text starts the text or follows a whole piece, so each gets the dummy prefix (split), as
+    // llama.cpp gives it to every run after a special token.
     size_t run_from = 0;
     for (size_t at = 0; at < text.size() && !whole.empty();) {
         const WholePieces::Match m = whole.at(text, at);
@@ -61,28 +63,27 @@ std::vector<int32_t> Llama2cTokenizer::encode_with(const WholePieces& whole, std
             ++at;
             continue;
         }
-        if (run_from < at) encode_run(text.substr(run_from, at - run_from), after_whole_piece, tokens);
+        if (run_from < at) encode_run(text.substr(run_from, at - run_from), tokens);
         tokens.push_back(m.id);
-        after_whole_piece = true;
         at += m.length;
         run_from = at;
     }
-    if (run_from < text.size()) encode_run(text.substr(run_from), after_whole_piece, tokens);
+    if (run_from < text.size()) encode_run(text.substr(run_from), tokens);
     return tokens;
 }
 
-void Llama2cTokenizer::encode_run(std::string_view run, bool dummy_prefix, std::vector<int32_t>& out) const {
-    std::vector<int32_t> merged = split(run, dummy_prefix && add_dummy_prefix_);
+void Llama2cTokenizer::encode_run(std::string_view run, std::vector<int32_t>& out) const {
+    std::vector<int32_t> merged = split(run);
     merge(merged);
     out.insert(out.end(), merged.begin(), merged.end());
 }
 
-std::vector<int32_t> Llama2cTokenizer::split(std::string_view text, bool dummy_prefix) const {
+std::vector<int32_t> Llama2cTokenizer::split(std::string_view text) const {
     std::vector<int32_t> tokens;
     tokens.reserve(text.size() + 1);
     // SentencePiece adds a space in front of the text so that its first word is tokenised like any other,
     // unless the model says not to (add_dummy_prefix false: Gemma).
-    if (dummy_prefix) {
+    if (add_dummy_prefix_) {
         const int32_t space = lookup(" ");
         if (space >= 0) tokens.push_back(space);
     }

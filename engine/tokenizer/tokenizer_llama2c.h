@@ -51,8 +51,8 @@ private:
     int32_t lookup(std::string_view piece) const;  // -1 when the piece is not in the vocabulary
     std::vector<int32_t> encode_with(const WholePieces& whole, std::string_view text, bool add_bos) const;
     // A run of text between whole pieces, merged, appended to `out`.
-    void encode_run(std::string_view run, bool dummy_prefix, std::vector<int32_t>& out) const;
-    std::vector<int32_t> split(std::string_view text, bool dummy_prefix) const;  // the tokens before any merge
+    void encode_run(std::string_view run, std::vector<int32_t>& out) const;
+    std::vector<int32_t> split(std::string_view text) const;  // the tokens before any merge
     void merge(std::vector<int32_t>& tokens) const;
 
     // Looked up by string_view (transparent hash), so probing a candidate merge allocates nothing.

@@ -11,6 +11,7 @@ A peer's quantized GGUF (llama.cpp's Q4_K_M) reads its own tensor bytes instead 
 every tensor's stored size, a tied token embedding once, as the classifier.
 The read bandwidth is kvx_read_bandwidth's median streaming read of a buffer far larger than the caches.
 """
+import functools
 import json
 import re
 import struct
@@ -49,6 +50,7 @@ def weight_bytes_per_token(model_dir):
     return total + row if config.get("tied_embeddings") else total - tensor_bytes(embedding) + row
 
 
+@functools.lru_cache(maxsize=None)  # read once per run: every round's records ask again, and the file is large
 def gguf_weight_bytes_per_token(gguf_path):
     """Stored bytes of every tensor of a GGUF file (the gguf package): what llama.cpp reads per decoded token
     when the classifier is the (tied) embedding, as in Gemma 3; an untied embedding would count once too much."""

@@ -3,8 +3,8 @@
 kvx does not interpret Jinja at run time. Instead the converter renders the template with jinja2, in the
 environment HF transformers uses for apply_chat_template, on probe conversations, and records the format
 when every rendering equals what that format would produce: ChatML, with or without a default system
-message, and Gemma's turns (engine/model/chat_format.h draws both). A template that matches nothing is kept in the model directory with the reason, so that
-`kvx chat` can say why it refuses.
+message, and Gemma's turns (engine/model/chat_format.h draws both). A template that matches nothing is kept
+in the model directory with the reason, so that `kvx chat` can say why it refuses.
 
 A template is a program, and jinja2's sandbox bounds neither its time nor its memory: the analysis runs in a
 child process with both bounded (bounded_child.py), and each rendering's length is bounded as it is produced.
