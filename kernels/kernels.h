@@ -94,7 +94,7 @@ struct KernelTable {
 
     // As matmul, with w [m][k] quantized (kernels/quant_matrix.h). The reference dequantizes each weight to
     // fp32 and sums in double. The SIMD levels first round each row of x to int8 in blocks of 32 (one fp32
-    // scale per block, amax / 127, as llama.cpp's Q8_0 and ONNX Runtime's accuracy_level 4 do) and take
+    // scale per block, amax / 127; q = round(x / scale), as ONNX Runtime's accuracy_level 4 does) and take
     // integer dot products, block by block; their error against the reference is that rounding's, at most
     // sum_j |w_j| * scale_x(j) / 2 per output.
     void (*matmul_q)(float* out, const float* x, const QuantMatrix& w, int n, int k, int m);

@@ -32,7 +32,10 @@ bool machine_runs(SimdLevel level) {
         case SimdLevel::avx2:
             return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
         case SimdLevel::avx512:
-            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+            // BW and VL (every AVX-512 CPU since Skylake-SP; only Xeon Phi lacks them): the quantized
+            // matmul's byte arithmetic and masked 8- and 16-bit loads.
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     }
     return false;
 }

@@ -17,7 +17,7 @@ namespace kvx::cpu {
 enum class SimdLevel {
     portable,  // plain C++, vectorised by the compiler for the baseline target
     avx2,      // AVX2 + FMA + F16C, 8 fp32 lanes
-    avx512,    // AVX-512F + FMA + F16C, 16 fp32 lanes
+    avx512,    // AVX-512F/BW/VL + FMA + F16C, 16 fp32 lanes (BW/VL for the quantized matmul)
 };
 
 // "portable", "avx2", "avx512": also the values --simd and KVX_SIMD accept.

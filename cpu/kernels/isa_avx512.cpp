@@ -1,4 +1,5 @@
-// The AVX-512 kernels. Compiled with -mavx512f -mfma -mf16c (cpu/kernels/CMakeLists.txt) and called only after
+// The AVX-512 kernels. Compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c (cpu/kernels/CMakeLists.txt)
+// and called only after
 // cpu_kernels.cpp has checked that the CPU and OS support them.
 //
 // Same rule as isa_avx2.cpp: the kernels have internal linkage and use no inline function of the standard
@@ -33,7 +34,7 @@ constexpr char kTableName[] = "cpu-avx512";
 
 #include "cpu/kernels/vec_avx512.inc"
 #include "cpu/kernels/vec_f16_store_avx512.inc"
-#include "cpu/kernels/quant_lanes_avx2.inc"
+#include "cpu/kernels/quant_lanes_avx512.inc"
 #include "cpu/kernels/exp_polynomial.inc"
 #include "cpu/kernels/isa_kernels.inc"
 

@@ -114,7 +114,7 @@ double test_weight(const RandomQuant& r, int64_t row, int64_t j) {
     return 0.0;
 }
 
-// x rounded as the SIMD levels round it: per group of 32, q = rint(x * (127 / amax)), x~ = q * (amax / 127).
+// x rounded as the SIMD levels round it: per group of 32, q = rint(x / (amax / 127)), x~ = q * (amax / 127).
 std::vector<double> rounded_x(const std::vector<float>& x, int n, int k) {
     std::vector<double> out(x.size());
     for (int i = 0; i < n; ++i)
@@ -123,10 +123,10 @@ std::vector<double> rounded_x(const std::vector<float>& x, int n, int k) {
             const int valid = std::min(32, k - g * 32);
             float amax = 0.0f;
             for (int t = 0; t < valid; ++t) amax = std::max(amax, std::fabs(xs[t]));
-            const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
             const float scale = amax / 127.0f;
             for (int t = 0; t < valid; ++t)
-                out[static_cast<size_t>(int64_t{i} * k + g * 32 + t)] = std::nearbyint(xs[t] * inverse) * static_cast<double>(scale);
+                out[static_cast<size_t>(int64_t{i} * k + g * 32 + t)] =
+                    amax > 0.0f ? std::nearbyint(xs[t] / scale) * static_cast<double>(scale) : 0.0;
         }
     return out;
 }
