@@ -108,11 +108,11 @@ def _unpack(packed, bits, count):
 
 
 def _expect_shape(node, what, array, *shapes):
-    """array reshaped to the first of shapes whose element count it has, when its shape is one of them (the
-    2-D form or its flattening); else a one-line error naming the shape expected."""
+    """array reshaped to shapes[0] when its shape is one of shapes or their flattening (exporters write
+    MatMulNBits' B 3-D or 2-D, its scales 2-D or flat); else a one-line error naming the shape expected."""
     for shape in shapes:
         if tuple(array.shape) in (tuple(shape), (int(np.prod(shape)),)):
-            return array.reshape(shape)
+            return array.reshape(shapes[0])
     raise _fail(node, f"{what} has shape {list(array.shape)}, expected {list(shapes[0])}")
 
 
@@ -148,7 +148,7 @@ def _matmul_nbits(ix, node, sources):
     packed = _constant(ix, node, 1, "weight B")
     if packed.dtype != np.uint8:
         raise _fail(node, f"its weight B is {packed.dtype}; expected uint8")
-    packed = _expect_shape(node, "weight B", packed, (n, blocks, blob))
+    packed = _expect_shape(node, "weight B", packed, (n, blocks, blob), (n, blocks * blob))
     scales = _scales(node, _constant(ix, node, 2, "scales"), n, blocks)
     zp, float_zp = _zero_points(node, _optional(ix, node, 3, "zero_points"), bits, n, blocks, scales)
     bias = _optional(ix, node, 5, "bias")
