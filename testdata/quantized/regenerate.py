@@ -26,6 +26,9 @@ Fixtures:
                                          block_size 32, uint4 with zero points) feeding MatMul
     builder-int4-llama-tied              ORT GenAI's builder -p int4 -e cpu of the llama-tied model
                                          (MatMulNBits, GatherBlockQuantized, GroupQueryAttention)
+and rtn_fp16.npz: a random fp16 [K 200, N 48] weight (one block all zeros, a partial last block) and what
+ORT's quantizer makes of it in each of NBITS' configurations (packed B, scales, zero points, as ORT lays
+them out), for the fp16 path of kvx's --quantize, which the fp32 graphs above do not reach.
 """
 
 import json
@@ -176,8 +179,24 @@ def describe(folder, prompt, facts, python):
     print(f"{folder.name}: {', '.join(f'{k}={v}' for k, v in facts.items() if k != 'source')}")
 
 
+def make_fp16_rtn_cases():
+    from onnxruntime.quantization import matmul_nbits_quantizer as mnq
+    weight = (np.random.default_rng(1234).standard_normal((200, 48)) * 0.1).astype(np.float16)
+    weight[:16, 0] = 0
+    arrays = {"weight": weight}
+    for bits, block, symmetric in NBITS:
+        config = mnq.DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=symmetric, bits=bits)
+        packed, scales, zero_points = mnq.DefaultWeightOnlyQuantizer(config).qbits_block_quant(weight)
+        name = nbits_name(bits, block, symmetric)
+        arrays.update({f"{name}.packed": packed, f"{name}.scales": scales})
+        if not symmetric:
+            arrays[f"{name}.zero_points"] = zero_points
+    np.savez_compressed(HERE / "rtn_fp16.npz", **arrays)
+
+
 def main():
     prompt = json.loads((SOURCE / "prompt.json").read_text())
+    make_fp16_rtn_cases()
     make_nbits_fixtures(prompt)
     make_qdq_fixture(prompt)
     make_builder_fixture(prompt)

@@ -37,6 +37,7 @@ import numpy_llama
 
 from kvx_tools.convert.kvx_convert import convert as convert_in_process
 from kvx_tools.convert.quantize_choice import bits_for
+from kvx_tools.convert.quantize_rtn import quantize_rtn
 from kvx_tools.convert.quantized_matrix import from_unsigned_blocks
 
 FIXTURES = REPO / "testdata" / "quantized"
@@ -253,6 +254,31 @@ class BadQuantizedNodes(unittest.TestCase):
 
     def test_dequantize_linear_along_outputs(self):
         self.refused("qdq-4-b32-asym", lambda m, n: self.set_attribute(n, "axis", 1), "axis 1")
+
+
+class Fp16Quantizer(unittest.TestCase):
+    def test_fp16_weights_quantize_as_ort(self):
+        """kvx's RTN on an fp16 weight (scales fp16, 1 / s from the rounded scale) against what ORT's quantizer
+        made of it (rtn_fp16.npz, regenerate.py), in every configuration of the graph fixtures."""
+        cases = np.load(FIXTURES / "rtn_fp16.npz")
+        weight = cases["weight"]  # [K, N], ONNX MatMul layout
+        k, n = weight.shape
+        for name in NBITS:
+            with self.subTest(name):
+                bits, block, symmetric = int(name.split("-")[1]), int(name.split("-")[2][1:]), name.endswith("-sym")
+                mine = quantize_rtn(np.ascontiguousarray(weight.T), bits, block, symmetric)
+                blocks = -(-k // block)
+                packed = cases[f"{name}.packed"]
+                q = (np.stack([packed & 15, packed >> 4], axis=-1) if bits == 4 else packed).reshape(n, -1)[:, :k]
+                shift = 128 if bits == 8 else 0
+                self.assertTrue(np.array_equal(mine.q[:, :k].astype(np.int16) + shift, q.astype(np.int16)))
+                self.assertEqual(mine.scales.dtype, np.float16)
+                self.assertTrue(np.array_equal(mine.scales[:, :blocks], cases[f"{name}.scales"].reshape(n, -1)))
+                if not symmetric:
+                    zp = cases[f"{name}.zero_points"]
+                    zp = (np.stack([zp & 15, zp >> 4], axis=-1) if bits == 4 else zp).reshape(n, -1)[:, :blocks]
+                    self.assertTrue(np.array_equal(mine.zero_points[:, :blocks].astype(np.int16) + shift,
+                                                   zp.astype(np.int16)))
 
 
 class PackingUnits(unittest.TestCase):
