@@ -36,7 +36,7 @@ def rewrite_quantized_ops(model):
     graph = model.graph
     ix = GraphIndex(graph)
     sources = QuantizedSources()
-    kept, added_nodes, added_inits = [], [], []
+    kept, added_inits, replaced_inputs = [], [], set()
     for node in graph.node:
         if node.domain == MS_DOMAIN and node.op_type == "MatMulNBits":
             nodes, init = _matmul_nbits(ix, node, sources)
@@ -49,12 +49,22 @@ def rewrite_quantized_ops(model):
             continue
         kept.extend(nodes)
         added_inits.append(init)
+        replaced_inputs.update(node.input)
     if not sources.matrices:
         return sources
     del graph.node[:]
     graph.node.extend(kept)
     graph.initializer.extend(added_inits)
+    _drop_unread_initializers(graph, replaced_inputs)
     return sources
+
+
+def _drop_unread_initializers(graph, candidates):
+    """The replaced nodes' integers, scales and zero points that no node reads any more (the QuantizedSources
+    hold them): kept, they would stay in memory beside the dequantized weights."""
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    for tensor in [t for t in graph.initializer if t.name in candidates and t.name not in read]:
+        graph.initializer.remove(tensor)
 
 
 def _fail(node, problem):
@@ -173,11 +183,6 @@ def _as_unsigned(values, bits, tensor_type):
     return values.astype(np.int16) + (1 << (bits - 1) if signed else 0), signed
 
 
-def _initializer_type(ix, name):
-    init = ix._initializers.get(name)
-    return init.data_type if init is not None else None
-
-
 def _gather_block_quantized(ix, node, sources):
     if node_attr(node, "gather_axis", 0) != 0 or node_attr(node, "quantize_axis", 1) not in (1, -1):
         raise _fail(node, "expected gather_axis 0 and quantize_axis 1 (an embedding table quantized along its rows)")
@@ -185,7 +190,7 @@ def _gather_block_quantized(ix, node, sources):
     data = _constant(ix, node, 0, "data")
     if data.ndim != 2:
         raise _fail(node, f"its data has shape {list(data.shape)}, expected a 2-D table")
-    data_type = _initializer_type(ix, node.input[0])
+    data_type = ix.initializer_type(node.input[0])
     typed = data.dtype != np.uint8 or data_type in (TensorProto.INT4, TensorProto.UINT4)
     rows = data.shape[0]
     if typed:  # int4 / uint4 elements: one per entry, zero point 0 (signed) unless given
@@ -199,7 +204,7 @@ def _gather_block_quantized(ix, node, sources):
     zp_raw = _optional(ix, node, 3, "zero_points")
     if typed and zp_raw is not None and zp_raw.dtype != np.uint8 and zp_raw.dtype not in (np.float16, np.float32):
         zp, float_zp = _as_unsigned(_expect_shape(node, "zero_points", zp_raw, (rows, blocks)), bits,
-                                    _initializer_type(ix, node.input[3]))[0], None
+                                    ix.initializer_type(node.input[3]))[0], None
     else:
         zp, float_zp = _zero_points(node, zp_raw, bits, rows, blocks, scales)
     if typed and zp is None and float_zp is None and not signed:
@@ -221,7 +226,7 @@ def _dequantize_linear(ix, node, sources):
         raise _fail(node, "kvx reads DequantizeLinear only blockwise (block_size) and as the weight of a MatMul")
     check_block_size(block, f"node '{node_label(node)}' ({node.op_type})")
     x = _constant(ix, node, 0, "input x")
-    x_type = _initializer_type(ix, node.input[0])
+    x_type = ix.initializer_type(node.input[0])
     bits = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT8: 8, TensorProto.UINT8: 8}.get(x_type)
     if bits is None or x.ndim != 2:
         raise _fail(node, "expected an int4, uint4, int8 or uint8 [K, N] initializer as input x")
@@ -235,7 +240,7 @@ def _dequantize_linear(ix, node, sources):
     zp_raw = _optional(ix, node, 2, "zero point")
     if zp_raw is not None:
         zp = np.ascontiguousarray(_as_unsigned(_expect_shape(node, "zero point", zp_raw, (blocks, n)), bits,
-                                               _initializer_type(ix, node.input[2]))[0].T)
+                                               ix.initializer_type(node.input[2]))[0].T)
     else:  # DequantizeLinear's default is 0 in the input's own type: 2^(bits-1) once shifted, if signed
         zp = None if signed else np.zeros((n, blocks), np.int16)
     padded = np.zeros((n, blocks * block), np.int16)
