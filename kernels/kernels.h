@@ -8,7 +8,8 @@
 //
 // Conventions shared by every kernel:
 //   - fp32 activations, row-major, no padding between rows unless a stride is given. Weight matrices may
-//     also be stored as IEEE fp16 (the matmul_f16 kernel), converted to fp32 as they are read.
+//     also be stored as IEEE fp16 (the matmul_f16 kernel), converted to fp32 as they are read, or as blocks
+//     of 8- or 4-bit integers (matmul_q, kernels/quant_matrix.h).
 //   - A linear layer's weight is stored [out_features, in_features] (each output is a dot product of two
 //     contiguous rows), the llama2.c / safetensors convention; the converter transposes ONNX's [in, out].
 //   - Kernels never allocate on the hot path and never keep state between calls.
@@ -18,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/block_copy.h"
+#include "kernels/quant_matrix.h"
 
 namespace kvx {
 
@@ -71,11 +73,12 @@ struct PagedAttentionArgs {
 };
 
 // One matmul of a group sharing an input (KernelTable::matmuls): out [n][m] = x . w^T with w [m][k] stored
-// as fp32 (w_f32) or as IEEE fp16 bits (w_f16); exactly one of the two is set.
+// as fp32 (w_f32), as IEEE fp16 bits (w_f16) or quantized (w_q); exactly one of the three is set.
 struct MatmulPart {
     float* out = nullptr;              // [n][m]
     const float* w_f32 = nullptr;      // [m][k], or null
     const uint16_t* w_f16 = nullptr;   // [m][k] fp16 bits, or null
+    const QuantMatrix* w_q = nullptr;  // [m][k] in integer blocks, or null
     int m = 0;
 };
 
@@ -88,6 +91,13 @@ struct KernelTable {
     // As matmul, with w [m][k] stored as IEEE fp16 bits (kernels/f16.h); products accumulate in fp32.
     // Halves the bytes of weights a bandwidth-bound decode step reads.
     void (*matmul_f16)(float* out, const float* x, const uint16_t* w, int n, int k, int m);
+
+    // As matmul, with w [m][k] quantized (kernels/quant_matrix.h). The reference dequantizes each weight to
+    // fp32 and sums in double. The SIMD levels first round each row of x to int8 in blocks of 32 (one fp32
+    // scale per block, amax / 127, as llama.cpp's Q8_0 and ONNX Runtime's accuracy_level 4 do) and take
+    // integer dot products, block by block; their error against the reference is that rounding's, at most
+    // sum_j |w_j| * scale_x(j) / 2 per output.
+    void (*matmul_q)(float* out, const float* x, const QuantMatrix& w, int n, int k, int m);
 
     // Several matmuls of the same x [n][k] (a layer's q, k and v projections; its gate and up): each part
     // gets the bits matmul / matmul_f16 would give it alone. A backend may run them as one piece of work, so

@@ -42,13 +42,28 @@ void reference_matmul_f16(float* out, const float* x, const uint16_t* w, int n, 
     }
 }
 
+void reference_matmul_q(float* out, const float* x, const QuantMatrix& w, int n, int k, int m) {
+    std::vector<float> wj(static_cast<size_t>(k));  // row j of w, dequantized
+    for (int j = 0; j < m; ++j) {
+        dequantize_row(w, j, k, wj.data());
+        for (int i = 0; i < n; ++i) {
+            const float* xi = x + static_cast<int64_t>(i) * k;  // row i of x [n][k]
+            double dot = 0.0;
+            for (int p = 0; p < k; ++p) dot += static_cast<double>(xi[p]) * wj[static_cast<size_t>(p)];
+            out[static_cast<int64_t>(i) * m + j] = static_cast<float>(dot);
+        }
+    }
+}
+
 void reference_matmuls(const MatmulPart* parts, int n_parts, const float* x, int n, int k) {
     for (int p = 0; p < n_parts; ++p) {
         const MatmulPart& part = parts[p];
         if (part.w_f32) {
             reference_matmul(part.out, x, part.w_f32, n, k, part.m);
-        } else {
+        } else if (part.w_f16) {
             reference_matmul_f16(part.out, x, part.w_f16, n, k, part.m);
+        } else {
+            reference_matmul_q(part.out, x, *part.w_q, n, k, part.m);
         }
     }
 }
@@ -279,6 +294,7 @@ constexpr KernelTable kReferenceKernels{
     .name = "reference",
     .matmul = reference_matmul,
     .matmul_f16 = reference_matmul_f16,
+    .matmul_q = reference_matmul_q,
     .matmuls = reference_matmuls,
     .rmsnorm = reference_rmsnorm,
     .layernorm = reference_layernorm,

@@ -33,6 +33,7 @@ CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(
     const bool f16 = model.config.weights_dtype == WeightDtype::f16;
     const std::pair<bool, const char*> needs[] = {
         {f16 && !kernels.matmul_f16, "matmul_f16 (fp16 weights)"},
+        {model_has_quantized_matrix(model) && !kernels.matmul_q, "matmul_q (quantized weights)"},
         {!kernels.matmuls, "matmuls"},
         {t.norm == NormKind::layer && !kernels.layernorm, "layernorm"},
         {t.mlp == MlpKind::gelu_tanh && !kernels.gelu_tanh, "gelu_tanh"},
@@ -203,7 +204,8 @@ void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float*
         part.out = o.out;
         part.m = static_cast<int>(w.rows);
         part.w_f32 = w.dtype == WeightDtype::f32 ? w.f32() : nullptr;
-        part.w_f16 = w.dtype == WeightDtype::f32 ? nullptr : w.f16();
+        part.w_f16 = w.dtype == WeightDtype::f16 ? w.f16() : nullptr;
+        part.w_q = w.quantized() ? &w.quant : nullptr;
     }
     kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
     for (const LinearOutput& o : group)

@@ -2,6 +2,7 @@
 #include "cpu/kernels/cpu_kernels.h"
 
 #include <string>
+#include <vector>
 
 #include "cpu/kernels/isa_kernel_tables.h"
 #include "kernels/error.h"
@@ -91,6 +92,12 @@ std::optional<SimdLevel> simd_level_named(std::string_view name) {
     for (SimdLevel level : kAllLevels)
         if (name == simd_level_name(level)) return level;
     return std::nullopt;
+}
+
+uint8_t* quant_scratch(size_t bytes) {
+    thread_local std::vector<uint8_t> buffer;
+    if (buffer.size() < bytes) buffer.resize(bytes);
+    return buffer.data();
 }
 
 const KernelTable& cpu_kernels(SimdLevel level) { return tables_of(level).kernels; }

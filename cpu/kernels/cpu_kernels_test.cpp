@@ -20,12 +20,19 @@
 #include <vector>
 
 #include "cpu/kernels/cpu_kernels.h"
+#include "cpu/kernels/kernel_test_support.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 #include "kernels/kernels.h"
 
 namespace {
 
+using kvx::cpu::testing::for_each_level;
+using kvx::cpu::testing::kAllLevels;
+using kvx::cpu::testing::machine_runs;
+using kvx::cpu::testing::nan_filled;
+using kvx::cpu::testing::random_floats;
+using kvx::cpu::testing::ThreadCount;
 using kvx::BaselineKernelTable;
 using kvx::BlockCopy;
 using kvx::ContiguousAttentionArgs;
@@ -37,43 +44,6 @@ using kvx::cpu::SimdLevel;
 
 const KernelTable& reference = kvx::reference_kernels();
 const BaselineKernelTable& reference_baselines = kvx::reference_baseline_kernels();
-
-constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512};
-
-bool machine_runs(SimdLevel level) {
-    const std::vector<SimdLevel> supported = kvx::cpu::supported_simd_levels();
-    return std::find(supported.begin(), supported.end(), level) != supported.end();
-}
-
-// Calls check(kernels), or check(kernels, baselines) where it takes both, for every SIMD level this machine
-// runs. A level it cannot run is reported as skipped and must refuse to hand out its kernels.
-template <class Check>
-void for_each_level(Check check) {
-    for (SimdLevel level : kAllLevels) {
-        const char* name = kvx::cpu::simd_level_name(level);
-        if (!machine_runs(level)) {
-            WARN("SIMD level " << name << " skipped: this machine cannot run it");
-            CHECK_THROWS(kvx::cpu::cpu_kernels(level));
-            CHECK_THROWS(kvx::cpu::cpu_baseline_kernels(level));
-            continue;
-        }
-        INFO("SIMD level " << name);
-        if constexpr (std::is_invocable_v<Check, const KernelTable&, const BaselineKernelTable&>)
-            check(kvx::cpu::cpu_kernels(level), kvx::cpu::cpu_baseline_kernels(level));
-        else
-            check(kvx::cpu::cpu_kernels(level));
-    }
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-
-std::vector<float> nan_filled(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
 constexpr double kTolerance = 1e-5;  // relative to max(1, max |expected|)
 
@@ -114,18 +84,6 @@ Closeness compare(const std::vector<float>& actual, const std::vector<float>& ex
                           << closeness_.bound << "), non-finite outputs: " << closeness_.non_finite);     \
         CHECK(closeness_.ok);                                                                             \
     } while (false)
-
-// Sets the OpenMP thread count for one scope.
-class ThreadCount {
-public:
-    explicit ThreadCount(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-    ~ThreadCount() { omp_set_num_threads(saved_); }
-    ThreadCount(const ThreadCount&) = delete;
-    ThreadCount& operator=(const ThreadCount&) = delete;
-
-private:
-    int saved_;
-};
 
 // ---- matmul, matmul_f16 ------------------------------------------------------------------------------
 
@@ -234,9 +192,9 @@ TEST_CASE("matmuls gives each part the bits of its own matmul", "[matmul]") {
                     auto run_matmuls = [&](const KernelTable& table) {
                         std::array<std::vector<float>, 3> out;  // out[p]: [n][m[p]]
                         for (int p = 0; p < 3; ++p) out[p] = nan_filled(static_cast<size_t>(n) * m[p]);
-                        const MatmulPart parts[3] = {{out[0].data(), w0.data(), nullptr, m[0]},
-                                                     {out[1].data(), nullptr, w1.data(), m[1]},
-                                                     {out[2].data(), w2.data(), nullptr, m[2]}};
+                        const MatmulPart parts[3] = {{.out = out[0].data(), .w_f32 = w0.data(), .m = m[0]},
+                                                     {.out = out[1].data(), .w_f16 = w1.data(), .m = m[1]},
+                                                     {.out = out[2].data(), .w_f32 = w2.data(), .m = m[2]}};
                         table.matmuls(parts, 3, x.data(), n, k);
                         return out;
                     };

@@ -2,6 +2,9 @@
 // isa_avx512.cpp). Internal to kvx_cpu_kernels: callers go through cpu_kernels.h, which checks the machine first.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "kernels/baseline_kernels.h"
 #include "kernels/kernels.h"
 
@@ -12,6 +15,11 @@ struct IsaTables {
     const KernelTable& kernels;
     const BaselineKernelTable& baselines;
 };
+
+// A buffer of at least `bytes` owned by the calling thread, valid until its next call: the quantized matmul's
+// rounded activations. It only grows, so after the first calls of a forward pass nothing is allocated.
+// Defined once, outside the ISA units (an allocation is standard-library code; see isa_avx2.cpp).
+uint8_t* quant_scratch(size_t bytes);
 
 namespace portable {
 const IsaTables& tables();

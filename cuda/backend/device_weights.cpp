@@ -56,6 +56,9 @@ const void* DeviceWeights::upload(const void* host, size_t bytes, const char* wh
 }
 
 DeviceMatrix DeviceWeights::matrix(const WeightMatrix& w, const char* what) {
+    if (w.quantized())
+        throw Error(std::string("the CUDA backend does not run quantized (q8 / q4) weights yet: ") + what +
+                    " is quantized; run this model with --device cpu");
     DeviceMatrix d;
     d.f16 = w.dtype == WeightDtype::f16;
     d.rows = static_cast<int>(w.rows);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "engine/model/regular_file.h"
 #include "kernels/error.h"
@@ -10,7 +12,9 @@
 namespace kvx {
 
 void WeightMatrix::row_to_f32(int64_t r, float* out) const {
-    if (dtype == WeightDtype::f32) {
+    if (quantized()) {
+        dequantize_row(quant, r, cols, out);
+    } else if (dtype == WeightDtype::f32) {
         const float* row = f32() + r * cols;
         for (int64_t j = 0; j < cols; ++j) out[j] = row[j];
     } else {
@@ -32,6 +36,8 @@ public:
         return file_.contains(name) ? vector(name, n) : nullptr;
     }
     WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+        if (!file_.contains(name) && (file_.contains(name + ".q4") || file_.contains(name + ".q8")))
+            return quantized(name, rows, cols);
         WeightMatrix m;
         m.dtype = matrix_dtype_;
         m.rows = rows;
@@ -50,6 +56,56 @@ public:
         return Norm{vector(name, dim), with_bias ? vector(name + "_bias", dim) : nullptr};
     }
 
+    // A matrix stored as X.q4 / X.q8 + X.scales (+ X.zero_points or X.mins): every size checked against
+    // [rows][cols] and the block size the tensors imply, before a pointer is handed out.
+    WeightMatrix quantized(const std::string& name, int64_t rows, int64_t cols) {
+        const bool q4 = file_.contains(name + ".q4");
+        if (q4 && file_.contains(name + ".q8")) fail(name, "has both a .q4 and a .q8 tensor");
+        const std::string q_name = name + (q4 ? ".q4" : ".q8");
+        const TensorView& q = file_.tensors().at(q_name);
+        const std::string scales_name = name + ".scales";
+        if (!file_.contains(scales_name)) fail(name, "is quantized but has no '" + scales_name + "'");
+        const TensorView& scales = file_.tensors().at(scales_name);
+        if (q.shape.size() != 2 || scales.shape.size() != 2 || q.shape[0] != rows || scales.shape[0] != rows ||
+            scales.shape[1] <= 0)
+            fail(name, "has " + q_name + " " + shape_text(q.shape) + " and .scales " + shape_text(scales.shape) +
+                           ", but the model needs " + std::to_string(rows) + " rows of " + std::to_string(cols));
+        if (scales.dtype != "F32" && scales.dtype != "F16") fail(name, ".scales is " + scales.dtype + ", not F32 or F16");
+        const int64_t padded = q.shape[1] * (q4 ? 2 : 1);
+        const int64_t n_blocks = scales.shape[1];
+        const int64_t block = padded / n_blocks;
+        const bool power_of_two = block >= 16 && block <= 256 && (block & (block - 1)) == 0;
+        if (!power_of_two || block * n_blocks != padded || quant_padded_cols(cols, static_cast<int32_t>(block)) != padded)
+            fail(name, "has rows of " + std::to_string(padded) + " quantized values in " + std::to_string(n_blocks) +
+                           " blocks: no block size 16..256 (a power of two) pads " + std::to_string(cols) + " columns to that");
+
+        WeightMatrix m;
+        m.dtype = q4 ? WeightDtype::q4 : WeightDtype::q8;
+        m.rows = rows;
+        m.cols = cols;
+        m.quant.bits = q4 ? 4 : 8;
+        m.quant.block = static_cast<int32_t>(block);
+        m.quant.padded_cols = static_cast<int32_t>(padded);
+        m.quant.q = file_.tensor(take(q_name), q4 ? "U8" : "I8", {rows, q.shape[1]}).data;
+        m.quant.scales_f16 = scales.dtype == "F16";
+        m.quant.scales = file_.tensor(take(scales_name), scales.dtype.c_str(), {rows, n_blocks}).data;
+        m.data = m.quant.q;
+
+        const std::string zeros_name = name + ".zero_points", mins_name = name + ".mins";
+        if (file_.contains(zeros_name) && file_.contains(mins_name)) fail(name, "has both .zero_points and .mins");
+        if (file_.contains(zeros_name)) {
+            const TensorView& z = file_.tensor(take(zeros_name), q4 ? "U8" : "I8", {rows, n_blocks});
+            for (size_t i = 0; q4 && i < z.nbytes; ++i)
+                if (z.data[i] > 15) fail(name, ".zero_points holds " + std::to_string(z.data[i]) + ", beyond 4 bits");
+            m.quant.offset = QuantOffset::zero_points;
+            m.quant.offsets = z.data;
+        } else if (file_.contains(mins_name)) {
+            m.quant.offset = QuantOffset::mins;
+            m.quant.offsets = file_.tensor(take(mins_name), scales.dtype.c_str(), {rows, n_blocks}).data;
+        }
+        return m;
+    }
+
     void check_all_taken() const {
         for (const auto& [name, view] : file_.tensors())
             if (!taken_.count(name))
@@ -59,6 +115,14 @@ public:
 
 private:
     const std::string& take(const std::string& name) { return *taken_.insert(name).first; }
+    [[noreturn]] void fail(const std::string& name, const std::string& what) const {
+        throw Error("weights file '" + file_.path() + "': matrix '" + name + "' " + what);
+    }
+    static std::string shape_text(const std::vector<int64_t>& shape) {
+        std::string text = "[";
+        for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+        return text + "]";
+    }
 
     const SafetensorsFile& file_;
     WeightDtype matrix_dtype_;
@@ -129,6 +193,54 @@ Model load_model(const std::string& model_dir) {
     }
     w.check_all_taken();
     return m;
+}
+
+namespace {
+
+std::string storage_of(const WeightMatrix& w) {
+    switch (w.dtype) {
+        case WeightDtype::f32:
+            return "f32";
+        case WeightDtype::f16:
+            return "f16";
+        case WeightDtype::q8:
+        case WeightDtype::q4:
+            break;
+    }
+    const QuantMatrix& q = w.quant;
+    const char* offset = q.offset == QuantOffset::zero_points ? ", zero points" : q.offset == QuantOffset::mins ? ", minimums" : "";
+    return std::string(w.dtype == WeightDtype::q4 ? "q4" : "q8") + " block " + std::to_string(q.block) + " (" +
+           (q.scales_f16 ? "fp16" : "fp32") + " scales" + offset + ")";
+}
+
+}  // namespace
+
+bool model_has_quantized_matrix(const Model& model) {
+    if (model.tok_embeddings.quantized() || model.classifier.quantized() || model.pos_embeddings.quantized()) return true;
+    for (const LayerWeights& layer : model.layers)
+        for (const Linear* l : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+            if (l->weight.quantized()) return true;
+    return false;
+}
+
+std::string weight_format(const Model& model) {
+    std::vector<std::pair<std::string, std::string>> seen;  // storage, the first matrix that has it
+    auto note = [&](const WeightMatrix& w, const char* what) {
+        if (!w.data) return;
+        const std::string storage = storage_of(w);
+        for (const auto& s : seen)
+            if (s.first == storage) return;
+        seen.emplace_back(storage, what);
+    };
+    for (const LayerWeights& layer : model.layers)
+        for (const Linear* l : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+            note(l->weight, "");
+    note(model.tok_embeddings, " embedding");
+    note(model.classifier, " classifier");
+    note(model.pos_embeddings, " positions");
+    std::string text;
+    for (size_t i = 0; i < seen.size(); ++i) text += (i ? ", " : "") + seen[i].first + (i ? seen[i].second : "");
+    return text;
 }
 
 void check_weights_finite(const Model& model) {

@@ -8,17 +8,20 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "kernels/quant_matrix.h"
 
 namespace kvx {
 
 // A weight matrix [rows][cols], row-major, in the model's stored dtype (config.weights_dtype). Linear layers
 // are [out_features][in_features]; embeddings [vocab_size or max_seq_len][dim].
 struct WeightMatrix {
-    const void* data = nullptr;  // float* for f32, uint16_t* (IEEE fp16 bits) for f16
+    const void* data = nullptr;  // float* for f32, uint16_t* (IEEE fp16 bits) for f16, quant.q for q8 / q4
     WeightDtype dtype = WeightDtype::f32;
     int64_t rows = 0;
     int64_t cols = 0;
+    QuantMatrix quant;           // q8 / q4 only: the integers, scales and offsets (kernels/quant_matrix.h)
 
+    bool quantized() const { return dtype == WeightDtype::q8 || dtype == WeightDtype::q4; }
     const float* f32() const { return static_cast<const float*>(data); }
     const uint16_t* f16() const { return static_cast<const uint16_t*>(data); }
     // Row r as fp32 into out[cols]: an embedding lookup.
@@ -69,6 +72,13 @@ struct Model {
     // the Norms above point into instead of the mapping; empty for an offset of 0.
     std::vector<std::vector<float>> offset_norm_weights;
 };
+
+// Whether any matrix of the model is q8 or q4.
+bool model_has_quantized_matrix(const Model& model);
+
+// How the model's matrices are stored, for the stats line: "f32", or e.g. "q4 block 32 (fp16 scales), f32
+// embedding" when they differ. Each distinct storage once, the linear layers' first.
+std::string weight_format(const Model& model);
 
 // Loads MODEL_DIR (config.json + weights); throws kvx::Error on any mismatch between the two, including a
 // tensor the architecture does not use.

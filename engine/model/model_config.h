@@ -27,7 +27,9 @@ struct ConfigLimits {
 
 // How the weight matrices (linear layers and embeddings) are stored; vectors (norms, biases, RoPE
 // frequencies) are always f32.
-enum class WeightDtype { f32, f16 };
+// How a matrix is stored. config.json's weights.dtype is f32 or f16 (the matrices that are not quantized);
+// a quantized matrix is q8 or q4 whatever that says (docs/model-format.md, "Quantized matrices").
+enum class WeightDtype { f32, f16, q8, q4 };
 
 // How to turn a conversation into tokens. The converter renders the model's Jinja chat template with
 // jinja2 on probe conversations and records the format when the output matches one kvx knows

@@ -83,7 +83,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(std::make_uniq
         if (ranges[i].first < ranges[i - 1].second) fail("two tensors overlap");
 }
 
-const TensorView& SafetensorsFile::checked(const std::string& name, const char* dtype,
+const TensorView& SafetensorsFile::tensor(const std::string& name, const char* dtype,
                                            const std::vector<int64_t>& expected_shape) const {
     auto it = tensors_.find(name);
     if (it == tensors_.end()) throw Error("weights file '" + path() + "' has no tensor '" + name + "'");
@@ -96,11 +96,11 @@ const TensorView& SafetensorsFile::checked(const std::string& name, const char* 
 }
 
 const float* SafetensorsFile::f32(const std::string& name, const std::vector<int64_t>& expected_shape) const {
-    return reinterpret_cast<const float*>(checked(name, "F32", expected_shape).data);
+    return reinterpret_cast<const float*>(tensor(name, "F32", expected_shape).data);
 }
 
 const uint16_t* SafetensorsFile::f16(const std::string& name, const std::vector<int64_t>& expected_shape) const {
-    return reinterpret_cast<const uint16_t*>(checked(name, "F16", expected_shape).data);
+    return reinterpret_cast<const uint16_t*>(tensor(name, "F16", expected_shape).data);
 }
 
 }  // namespace kvx

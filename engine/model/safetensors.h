@@ -30,12 +30,12 @@ public:
     // The named tensor, checked to be F32 (or F16) with the expected shape; throws kvx::Error otherwise.
     const float* f32(const std::string& name, const std::vector<int64_t>& expected_shape) const;
     const uint16_t* f16(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+    // The named tensor, checked to have this safetensors dtype ("I8", "U8", ...) and shape.
+    const TensorView& tensor(const std::string& name, const char* dtype, const std::vector<int64_t>& expected_shape) const;
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
     const std::string& path() const { return file_->path(); }
 
 private:
-    const TensorView& checked(const std::string& name, const char* dtype, const std::vector<int64_t>& shape) const;
-
     std::unique_ptr<MappedFile> file_;
     std::map<std::string, TensorView> tensors_;
 };

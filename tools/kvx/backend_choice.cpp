@@ -1,5 +1,6 @@
 #include "backend_choice.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -116,6 +117,10 @@ LoadedModel load_for_run(const RunOptions& options) {
     LoadedModel loaded = load_model_for_run(options);
     start_engine(loaded, options);
     return loaded;
+}
+
+void print_weight_format(const Model& model) {
+    std::fprintf(stderr, "kvx: weights %s\n", weight_format(model).c_str());
 }
 
 }  // namespace kvx::cli

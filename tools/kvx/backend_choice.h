@@ -43,4 +43,7 @@ LoadedModel load_for_run(const RunOptions& options);
 LoadedModel load_model_for_run(const RunOptions& options);
 void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks = 0);
 
+// "kvx: weights q4 block 32 (fp16 scales), f32 embedding": the stats line naming how the matrices are stored.
+void print_weight_format(const Model& model);
+
 }  // namespace kvx::cli

@@ -154,6 +154,7 @@ void run_chat(const ChatOptions& o) {
     }
     if (interactive) write_out("\n");
     print_session_stats(chat, *loaded.engine, totals, sampling.seed);
+    print_weight_format(*loaded.model);
 }
 
 }  // namespace

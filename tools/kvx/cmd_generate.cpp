@@ -102,6 +102,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     const GenerationStats stats = generate(*loaded.engine, *tokenizer, sampler, tokens, generation, write_out);
     write_out("\n");
     print_stats(stats, sampling.seed);
+    print_weight_format(*loaded.model);
     print_group_usage(stats, loaded.engine->cache_groups());
 }
 

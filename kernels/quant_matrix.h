@@ -1,0 +1,86 @@
+// A weight matrix stored as blocks of 8- or 4-bit integers (docs/model-format.md, "Quantized matrices").
+//
+// Row r of a [rows][cols] matrix is padded to padded_cols (cols rounded up to a multiple of max(block, 32))
+// and cut into n_blocks = padded_cols / block blocks along the input dimension. Element j, in block
+// i = j / block, is
+//
+//   w[r][j] = scale[r][i] * (q[r][j] - zero[r][i])   offset none (zero = 8 for q4, 0 for q8) or zero_points
+//   w[r][j] = scale[r][i] * q[r][j] + min[r][i]      offset mins (GGUF Q4_1)
+//
+// Storage of q, row after row (row_bytes = padded_cols * bits / 8 bytes each):
+//   q8: int8, element j at byte j.
+//   q4: unsigned nibbles 0..15 in groups of 32 elements (16 bytes); byte t of group g holds element 32g + t
+//       in its low nibble and element 32g + t + 16 in its high nibble, so one mask and one shift unpack a
+//       group into 32 bytes in element order.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/f16.h"
+
+namespace kvx {
+
+enum class QuantOffset : int32_t {
+    none,         // symmetric: the fixed zero of the format (8 for q4, 0 for q8)
+    zero_points,  // an integer zero per block: int8 for q8, uint8 (0..15) for q4
+    mins,         // a float minimum per block, of the scales' type
+};
+
+struct QuantMatrix {
+    const uint8_t* q = nullptr;      // [rows][row_bytes], as above
+    const void* scales = nullptr;    // [rows][n_blocks]: fp32, or fp16 bits when scales_f16
+    const void* offsets = nullptr;   // [rows][n_blocks] as `offset` says; null for none
+    int32_t bits = 4;                // 4 or 8
+    int32_t block = 32;              // a power of two, 16..256
+    int32_t padded_cols = 0;         // cols rounded up to a multiple of max(block, 32)
+    QuantOffset offset = QuantOffset::none;
+    bool scales_f16 = false;
+};
+
+// The padded row length of a [.][cols] matrix in blocks of `block`.
+inline int64_t quant_padded_cols(int64_t cols, int32_t block) {
+    const int64_t unit = block > 32 ? block : 32;
+    return (cols + unit - 1) / unit * unit;
+}
+
+// Element j of row r's integers, 0..15 for q4, -128..127 for q8.
+inline int32_t quant_value(const QuantMatrix& w, int64_t r, int64_t j) {
+    const int64_t row_bytes = int64_t{w.padded_cols} * w.bits / 8;
+    const uint8_t* row = w.q + r * row_bytes;
+    if (w.bits == 8) return static_cast<int8_t>(row[j]);
+    const uint8_t byte = row[j / 32 * 16 + j % 16];
+    return j % 32 < 16 ? byte & 0x0f : byte >> 4;
+}
+
+// Block i of row r's scale, zero point or minimum, as fp32 (fp16 ones widen exactly).
+inline float quant_block_float(const void* table, bool f16, int64_t index) {
+    return f16 ? f16_to_f32(static_cast<const uint16_t*>(table)[index]) : static_cast<const float*>(table)[index];
+}
+
+// Row r of w as fp32 into out[cols]: the reference dequantization (an embedding lookup; the reference
+// matmul). Each weight is s * (q - z) or s * q + m computed in fp32, as ONNX Runtime's and llama.cpp's
+// dequantization compute it.
+inline void dequantize_row(const QuantMatrix& w, int64_t r, int64_t cols, float* out) {
+    const int64_t n_blocks = w.padded_cols / w.block;
+    for (int64_t j = 0; j < cols; ++j) {
+        const int64_t b = r * n_blocks + j / w.block;
+        const float s = quant_block_float(w.scales, w.scales_f16, b);
+        const int32_t q = quant_value(w, r, j);
+        switch (w.offset) {
+            case QuantOffset::none:
+                out[j] = s * static_cast<float>(q - (w.bits == 4 ? 8 : 0));
+                break;
+            case QuantOffset::zero_points: {
+                const int32_t z = w.bits == 4 ? static_cast<const uint8_t*>(w.offsets)[b]
+                                              : static_cast<const int8_t*>(w.offsets)[b];
+                out[j] = s * static_cast<float>(q - z);
+                break;
+            }
+            case QuantOffset::mins:
+                out[j] = s * static_cast<float>(q) + quant_block_float(w.offsets, w.scales_f16, b);
+                break;
+        }
+    }
+}
+
+}  // namespace kvx
