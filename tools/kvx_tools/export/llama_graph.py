@@ -62,6 +62,7 @@ class _LlamaGraph(DecoderGraph):
         self.c = config
         self.w = weights
         self.g = OnnxGraphBuilder()
+        self.embedding_operands = None  # a quantized embedding's MatMulNBits operands, for the tied classifier
 
     # -- small pieces ---------------------------------------------------------------------------
 
@@ -170,11 +171,11 @@ class _LlamaGraph(DecoderGraph):
             return gather_block_quantized(self.g, "input_ids", table, self.embedding_operands, "/model/embed_tokens")
         if isinstance(table, QuantizedMatrix):
             table = table.dequantized()
-        self.embedding_operands = None
         embedding = self.g.add_initializer("model.embed_tokens.weight", table)
         return self.g.op("Gather", [embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
 
     def _logits(self, normed):
+        """logits [b, s, vocab]: MatMulNBits where the classifier, or the embedding it is tied to, is quantized."""
         scope = "/lm_head"
         classifier = self.w.get("classifier")
         if isinstance(classifier, QuantizedMatrix):
