@@ -217,6 +217,23 @@ class QuantizedConversion(unittest.TestCase):
                 factor = ACTIVATION_BLOCKS_DIFFER.get(meta.get("block_size"), 1.0)
                 self.assertLessEqual(fast_error, factor * allowed + REFERENCE_TOLERANCE, f"{name}: default kernels")
 
+    @unittest.skipIf(not KVX, "KVX_BIN not set")
+    def test_engine_runs_quantize_output(self):
+        """`--quantize int4`'s directory, embedding q4 and classifier q8 included: the engine's reference kernels
+        against numpy over the same directory dequantized (the integers are checked against ORT above)."""
+        _, meta, prompt = fixture(NBITS[0])
+        name = "quantize-int4-default"
+        out = self.converted[name] = self.tmp / name
+        convert_in_process(REPO / meta_source(), out, max_seq_len=meta["context_length"], quantize="int4")
+        config, tensors = self.load(name)
+        self.assertIn("tok_embeddings.q4", tensors)
+        self.assertIn("classifier.q8", tensors)
+        expected = numpy_llama.forward(config, kvx_quantized_reading.dequantized_tensors(
+            tensors, kvx_quantized_reading.llama_cols(config)), prompt)
+        error = relative(self.kvx_logits(name, prompt, "--simd", "reference"), expected)
+        print(f"{name}: kvx reference vs numpy over the directory {error:.1e}", file=sys.stderr)
+        self.assertLessEqual(error, REFERENCE_TOLERANCE)
+
     def kvx_logits(self, name, prompt, *extra):
         npy = self.tmp / f"{name}-{len(extra)}.npy"
         run = subprocess.run([KVX, "logits", "-m", str(self.converted[name]), "-t", "1", "--tokens",
