@@ -11,8 +11,9 @@ and not; its blockwise DequantizeLinear form; ORT GenAI's builder at int4), each
     (kvx_quantized_reading.py), gives ORT's logits (1e-4 x max|ORT|): every matrix sits in its place;
   - the engine (KVX_BIN): `kvx logits --simd reference` within 1e-4 x max|ORT| of ORT, and the default
     kernels, which quantize activations to int8 blocks of 32, within the error ORT itself makes doing so
-    (accuracy_level 4 against 0, measured per fixture by regenerate.py); skipped, saying so, while the
-    engine cannot load quantized matrices;
+    (accuracy_level 4 against 0, measured per fixture by regenerate.py; 1.5x where ORT's activation blocks
+    are 16) and, where the weights' blocks are 32 too, within 1e-4 of ORT's accuracy_level 4 itself (but for
+    ROUNDS_UNLIKE_ORT); skipped, saying so, while the engine cannot load quantized matrices;
   - bad quantized nodes stop the converter with one line.
 The whole file converts in-process (the CLI once, for its flags): under ten seconds.
 """
@@ -44,6 +45,16 @@ FIXTURES = REPO / "testdata" / "quantized"
 KVX = os.environ.get("KVX_BIN")
 REFERENCE_TOLERANCE = 1e-4  # x max|ORT|: fp32 products in another order
 NBITS = sorted(p.name for p in FIXTURES.glob("nbits-*"))
+# Weight block size -> how far kvx's default kernels may exceed ORT's accuracy_level-4 error where ORT rounds the
+# activations in blocks of that size and kvx in blocks of 32: measured 1.14x .. 1.38x at 16 (kvx's coarser
+# blocks), 0.57x .. 1.001x at 128 (kvx's finer ones; the one above 1 by 2e-5 of max|ORT|, within the summation
+# allowance). Running the 16 fixtures within 1.0x needs activations rounded per 16 for such weights.
+ACTIVATION_BLOCKS_DIFFER = {16: 1.5}
+# Block-32 fixtures where kvx's default kernels do not reproduce ORT's accuracy_level 4 although both round the
+# activations per 32: kvx takes q = round(x * (127 / amax)), MLAS q = round(x / (amax / 127)), and at a near-tie
+# the two round one activation apart. Here that happens at position 4 and the KV cache carries it to every later
+# row: 1.3e-2 of max|ORT| against ORT acc4 (a float64 model of either formula reproduces each side to 4e-7).
+ROUNDS_UNLIKE_ORT = {"nbits-4-b32-sym"}
 ALL = [*NBITS, "qdq-4-b32-asym", "builder-int4-llama-tied"]
 
 
@@ -182,20 +193,46 @@ class QuantizedConversion(unittest.TestCase):
 
     @unittest.skipIf(not KVX, "KVX_BIN not set")
     def test_engine_matches_ort(self):
+        """--simd reference against ORT at accuracy_level 0; the default kernels, which round activations to int8
+        per 32, against ORT's own error doing so (accuracy_level 4 vs 0), plus the reference tolerance for
+        summation order. ORT's accuracy_level 4 rounds activations in blocks of the weights' block size: at 32
+        both round the same numbers, so there the default kernels must also match ORT's accuracy_level 4 itself;
+        at 16 ORT's finer blocks err less than kvx's 32 (ACTIVATION_BLOCKS_DIFFER), bounded more loosely."""
         for name in ALL:
             with self.subTest(name):
-                folder, _, prompt = fixture(name)
-                ort = np.load(folder / "ort_acc0.npy")
+                folder, meta, prompt = fixture(name)
+                ort, ort_acc4 = np.load(folder / "ort_acc0.npy"), np.load(folder / "ort_acc4.npy")
                 reference = self.kvx_logits(name, prompt, "--simd", "reference")
                 fast = self.kvx_logits(name, prompt)
-                reference_error, fast_error = relative(reference, ort), relative(fast, ort)
+                reference_error, fast_error, vs_acc4 = relative(reference, ort), relative(fast, ort), relative(fast, ort_acc4)
                 allowed = acc4_tolerance(name)
-                as_written = f"; fast vs ORT at the file's accuracy_level 4: " \
-                    f"{relative(fast, np.load(folder / 'ort_acc4.npy')):.1e}" if file_accuracy_level(folder) == 4 else ""
                 print(f"{name}: kvx reference {reference_error:.1e}, fast {fast_error:.1e} of max|ORT| at "
-                      f"accuracy_level 0 (ORT acc4 vs acc0: {allowed:.1e}){as_written}", file=sys.stderr)
+                      f"accuracy_level 0 (ORT acc4 vs acc0: {allowed:.1e}); fast vs ORT acc4 {vs_acc4:.1e}"
+                      f"{' (the file says 4)' if file_accuracy_level(folder) == 4 else ''}", file=sys.stderr)
                 self.assertLessEqual(reference_error, REFERENCE_TOLERANCE, f"{name}: --simd reference")
-                self.assertLessEqual(fast_error, allowed, f"{name}: default kernels")
+                if name in ROUNDS_UNLIKE_ORT:  # still so: when the kernels round as MLAS does, drop the entry
+                    self.assertGreater(vs_acc4, REFERENCE_TOLERANCE, f"{name}: now matches ORT acc4 (ROUNDS_UNLIKE_ORT)")
+                elif meta.get("block_size", 32) == 32:
+                    self.assertLessEqual(vs_acc4, REFERENCE_TOLERANCE, f"{name}: default kernels vs ORT acc4")
+                factor = ACTIVATION_BLOCKS_DIFFER.get(meta.get("block_size"), 1.0)
+                self.assertLessEqual(fast_error, factor * allowed + REFERENCE_TOLERANCE, f"{name}: default kernels")
+
+    @unittest.skipIf(not KVX, "KVX_BIN not set")
+    def test_engine_runs_quantize_output(self):
+        """`--quantize int4`'s directory, embedding q4 and classifier q8 included: the engine's reference kernels
+        against numpy over the same directory dequantized (the integers are checked against ORT above)."""
+        _, meta, prompt = fixture(NBITS[0])
+        name = "quantize-int4-default"
+        out = self.converted[name] = self.tmp / name
+        convert_in_process(REPO / meta_source(), out, max_seq_len=meta["context_length"], quantize="int4")
+        config, tensors = self.load(name)
+        self.assertIn("tok_embeddings.q4", tensors)
+        self.assertIn("classifier.q8", tensors)
+        expected = numpy_llama.forward(config, kvx_quantized_reading.dequantized_tensors(
+            tensors, kvx_quantized_reading.llama_cols(config)), prompt)
+        error = relative(self.kvx_logits(name, prompt, "--simd", "reference"), expected)
+        print(f"{name}: kvx reference vs numpy over the directory {error:.1e}", file=sys.stderr)
+        self.assertLessEqual(error, REFERENCE_TOLERANCE)
 
     def kvx_logits(self, name, prompt, *extra):
         npy = self.tmp / f"{name}-{len(extra)}.npy"
