@@ -69,8 +69,12 @@ __attribute__((target("avx512f"))) double sum_chunks_avx512(const float* p, size
     const float* end = p + chunks * kStreamChunkFloats;
     for (; p < end; p += 64)
         for (int r = 0; r < 4; ++r) acc[r] = _mm512_add_ps(acc[r], _mm512_load_ps(p + 16 * r));
-    return static_cast<double>(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
-                                                                  _mm512_add_ps(acc[2], acc[3]))));
+    // Stored and summed by hand: GCC 12's _mm512_reduce_add_ps trips -Werror=uninitialized.
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    double total = 0;
+    for (float v : lanes) total += v;
+    return total;
 }
 #endif
 
