@@ -117,10 +117,13 @@ class SpeedOfLightTest(unittest.TestCase):
     def test_read_bandwidth_lines_are_parsed(self):
         with tempfile.TemporaryDirectory() as tmp:
             fake = Path(tmp) / "kvx_read_bandwidth"
-            fake.write_text("#!/bin/sh\necho 'read bandwidth, 1 thread: median 14.7 GB/s (min 14.1, max 15.0)'\n"
-                            "echo 'read bandwidth, 2 threads: median 25.2 GB/s (min 24.0, max 25.5)'\n")
+            fake.write_text("#!/bin/sh\necho 'read loop avx2, 1 thread: best 14.7 GB/s (median 14.1, min 13.0)'\n"
+                            "echo 'read bandwidth, 1 thread: best 14.7 GB/s (loop avx2)'\n"
+                            "echo 'read loop avx2, 2 threads: best 25.2 GB/s (median 24.0, min 23.5)'\n"
+                            "echo 'read bandwidth, 2 threads: best 25.2 GB/s (loop avx2)'\n")
             fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
             self.assertEqual(speed_of_light.measure_read_bandwidth(fake), {1: 14.7, 2: 25.2})
+            self.assertEqual(speed_of_light.measure_read_ceiling(fake)["loops"], {1: {"avx2": 14.7}, 2: {"avx2": 25.2}})
             self.assertAlmostEqual(speed_of_light.ceiling_tokens_per_s(25.2, 538e6), 46.84, places=2)
 
 

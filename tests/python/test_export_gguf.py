@@ -60,7 +60,7 @@ def llama_cpp_permute(w, n_heads):
 
 def write_gguf(path, weights, config, quantized):
     """A llama GGUF holding weights (HF layout) as llama.cpp stores them; quantized: the tensor names to
-    store as Q8_0."""
+    store as Q8_0, or a dict of names to the GGML type (Q8_0, Q4_0, F16, ...) each is stored as."""
     writer = gguf.GGUFWriter(str(path), "llama")
     c = config
     writer.add_block_count(c["n_layers"])
@@ -94,8 +94,8 @@ def write_gguf(path, weights, config, quantized):
         elif name.endswith(".wk"):
             w = llama_cpp_permute(w, c["n_kv_heads"])
         if name in quantized:
-            writer.add_tensor(f"{gguf_name}.weight", gguf.quants.quantize(w, GGMLQuantizationType.Q8_0),
-                              raw_dtype=GGMLQuantizationType.Q8_0)
+            kind = quantized[name] if isinstance(quantized, dict) else GGMLQuantizationType.Q8_0
+            writer.add_tensor(f"{gguf_name}.weight", gguf.quants.quantize(w, kind), raw_dtype=kind)
         else:
             writer.add_tensor(f"{gguf_name}.weight", w)
     writer.write_header_to_file()

@@ -24,6 +24,10 @@ struct ConvertOptions {
     int max_seq_len = 0;
     std::string dtype;  // "f16", "f32", or empty: the graph's own
     bool check_weights = true;  // refuse weights holding NaN or infinity
+    std::string quantize;  // "int8", "int4", or empty: keep float matrices float
+    int block_size = 0;    // 0: the converter's default
+    bool symmetric = false;
+    bool quantize_embeddings = true;
 };
 
 std::string env_or(const char* name, const char* fallback) {
@@ -61,6 +65,10 @@ int run_convert(const ConvertOptions& o) {
     if (o.max_seq_len > 0) args.insert(args.end(), {"--max-seq-len", std::to_string(o.max_seq_len)});
     if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
     args.push_back(o.check_weights ? "--check-weights" : "--no-check-weights");
+    if (!o.quantize.empty()) args.insert(args.end(), {"--quantize", o.quantize});
+    if (o.block_size > 0) args.insert(args.end(), {"--block-size", std::to_string(o.block_size)});
+    if (o.symmetric) args.push_back("--symmetric");
+    args.push_back(o.quantize_embeddings ? "--quantize-embeddings" : "--no-quantize-embeddings");
 
     // Everything the child needs is built before fork: kvx may run OpenMP threads, and the child of a threaded
     // process must not allocate before exec.
@@ -99,6 +107,15 @@ void add_convert_command(CLI::App& app) {
         ->check(CLI::IsMember({"f16", "f32"}));
     cmd->add_flag("--check-weights,!--no-check-weights", o->check_weights,
                   "Refuse weights that hold NaN or infinity (default: on; --no-check-weights keeps them)");
+    cmd->add_option("--quantize", o->quantize,
+                    "Quantize the float weight matrices round-to-nearest as ONNX Runtime's MatMulNBitsQuantizer "
+                    "does: int8 or int4 (default: keep them float)")
+        ->check(CLI::IsMember({"int8", "int4"}));
+    cmd->add_option("--block-size", o->block_size, "With --quantize: inputs per block (16 to 256; default 32)")
+        ->check(CLI::IsMember({16, 32, 64, 128, 256}));
+    cmd->add_flag("--symmetric", o->symmetric, "With --quantize: no zero points (default: a zero point per block)");
+    cmd->add_flag("--quantize-embeddings,!--no-quantize-embeddings", o->quantize_embeddings,
+                  "With --quantize: the token embedding and classifier too, as llama.cpp does (default: on)");
     cmd->callback([o] {
         const int code = run_convert(*o);
         if (code != 0) std::exit(code);  // the converter has already said what went wrong

@@ -23,7 +23,11 @@ std::string figure(double value) {
 
 }  // namespace
 
-double MachineCeiling::read_gbps_at(int threads) const { return at_threads(read_gbps, threads, "read bandwidth"); }
+double MachineCeiling::read_gbps_at(int threads) const {
+    if (threads < 1 || static_cast<size_t>(threads) > read.size())
+        throw std::out_of_range("read bandwidth was not measured at " + std::to_string(threads) + " threads");
+    return read[static_cast<size_t>(threads - 1)].best_gbps;
+}
 
 double MachineCeiling::fma_gflops_at(cpu::SimdLevel level, int threads) const {
     const auto found = fma_gflops.find(level);
@@ -34,8 +38,13 @@ double MachineCeiling::fma_gflops_at(cpu::SimdLevel level, int threads) const {
 
 std::vector<std::pair<std::string, std::string>> MachineCeiling::context_entries() const {
     std::vector<std::pair<std::string, std::string>> entries;
-    for (size_t t = 0; t < read_gbps.size(); ++t)
-        entries.emplace_back("kvx_read_GBps_threads_" + std::to_string(t + 1), figure(read_gbps[t]));
+    for (size_t t = 0; t < read.size(); ++t) {
+        const std::string threads = "threads_" + std::to_string(t + 1);
+        entries.emplace_back("kvx_read_GBps_" + threads, figure(read[t].best_gbps));
+        entries.emplace_back("kvx_read_best_loop_" + threads, read_loop_name(read[t].best_loop));
+        for (const auto& [loop, gbps] : read[t].by_loop)
+            entries.emplace_back(std::string("kvx_read_GBps_") + read_loop_name(loop) + "_" + threads, figure(gbps));
+    }
     for (const auto& [level, by_threads] : fma_gflops)
         for (size_t t = 0; t < by_threads.size(); ++t)
             entries.emplace_back(std::string("kvx_peak_fma_GFLOPs_") + cpu::simd_level_name(level) + "_threads_" +
@@ -49,7 +58,7 @@ MachineCeiling measure_machine_ceiling(const CeilingOptions& options, int max_th
     {
         const StreamBuffer buffer(options.read_bytes);
         for (int threads = 1; threads <= max_threads; ++threads)
-            ceiling.read_gbps.push_back(measure_read_bandwidth(buffer, threads, options.passes).median());
+            ceiling.read.push_back(measure_read_ceiling(buffer, threads, options.passes));
     }
     for (cpu::SimdLevel level : cpu::supported_simd_levels())
         for (int threads = 1; threads <= max_threads; ++threads)

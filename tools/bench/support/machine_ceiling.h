@@ -10,12 +10,13 @@
 
 #include "cpu/kernels/cpu_kernels.h"
 #include "tools/bench/support/fma_peak.h"
+#include "tools/bench/support/stream_read.h"
 
 namespace kvx::bench {
 
 struct CeilingOptions {
-    size_t read_bytes = size_t{1} << 30;  // far beyond any L3, so every pass reads DRAM
-    int passes = 5;
+    size_t read_bytes = default_stream_bytes();  // far beyond any L3, so every pass reads DRAM
+    int passes = 11;
     int64_t fma_iterations = kFmaPeakIterations;
 
     // A rough ceiling in well under a second, even under AddressSanitizer: for smoke tests, not figures.
@@ -23,14 +24,14 @@ struct CeilingOptions {
 };
 
 struct MachineCeiling {
-    std::vector<double> read_gbps;                           // [threads - 1]: median GB/s of a streaming read
+    std::vector<ReadCeiling> read;                             // [threads - 1]: each read loop's best GB/s
     std::map<cpu::SimdLevel, std::vector<double>> fma_gflops;  // per supported level, [threads - 1]: GFLOP/s
 
     // Throws std::out_of_range for a thread count or level that was not measured.
     double read_gbps_at(int threads) const;
     double fma_gflops_at(cpu::SimdLevel level, int threads) const;
     // Every figure as (key, value) strings for benchmark::AddCustomContext, e.g.
-    // ("kvx_read_GBps_threads_2", "25.1"), ("kvx_peak_fma_GFLOPs_avx2_threads_1", "76.3").
+    // ("kvx_read_GBps_threads_2", "25.1"), ("kvx_read_GBps_avx2_threads_2", "24.0"), ("kvx_peak_fma_GFLOPs_avx2_threads_1", "76.3").
     std::vector<std::pair<std::string, std::string>> context_entries() const;
 };
 

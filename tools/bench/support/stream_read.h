@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace kvx::bench {
@@ -35,8 +36,32 @@ struct ReadBandwidth {
     double max() const { return gbps.back(); }
 };
 
+// The loops a read can be measured with. No single one is fastest everywhere (software prefetch helped on
+// one Zen 3 and cost on others, issue 14), so a ceiling is the best of all that the CPU runs.
+enum class ReadLoop {
+    portable,       // 32 scalar partial sums, for CPUs without AVX2
+    avx2,           // eight independent 32-byte accumulators
+    avx2_prefetch,  // the same with a software prefetch 512 B ahead
+    avx512,         // four independent 64-byte accumulators
+};
+const char* read_loop_name(ReadLoop loop);
+std::vector<ReadLoop> supported_read_loops();  // on this CPU, portable first
+
+// A buffer size that no cache holds: 1 GiB or eight times the L3, whichever is larger.
+size_t default_stream_bytes();
+
 // `passes` (>= 1) reads of the whole buffer on `threads` OpenMP threads, each reading its own contiguous
 // share, in GB/s (1e9 bytes per second).
-ReadBandwidth measure_read_bandwidth(const StreamBuffer& buffer, int threads, int passes);
+ReadBandwidth measure_read_bandwidth(const StreamBuffer& buffer, int threads, int passes, ReadLoop loop);
+
+// The read ceiling at one thread count: every supported loop's best pass, and the best of those. The best
+// pass, not the median, because the question is what the memory system can deliver; a busy neighbour only
+// ever lowers a pass.
+struct ReadCeiling {
+    std::vector<std::pair<ReadLoop, double>> by_loop;  // [supported loops]: best GB/s of each
+    double best_gbps = 0;
+    ReadLoop best_loop = ReadLoop::portable;
+};
+ReadCeiling measure_read_ceiling(const StreamBuffer& buffer, int threads, int passes);
 
 }  // namespace kvx::bench

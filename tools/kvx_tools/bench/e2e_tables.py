@@ -14,6 +14,7 @@ from ..checkout import REPO
 
 BEGIN, END = "<!-- e2e tables begin -->", "<!-- e2e tables end -->"
 ENGINE_ORDER = {"kvx": 0, "llama.cpp": 1, "onnxruntime-genai": 2, "llama2.c run.c": 3}
+PRECISION_ORDER = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}  # widest weights first; others after, by name
 
 
 def rate(stat):
@@ -51,13 +52,14 @@ def header_lines(e2e):
             f"{e2e['runs']} measured rounds after a warm-up, medians (min-max).",
             f"kvx {v['kvx_commit']}, llama-cpp-python {v['llama-cpp-python']}, onnxruntime-genai "
             f"{v['onnxruntime-genai']} (onnxruntime {v['onnxruntime']}), {v['gcc']}.",
-            f"Read bandwidth (kvx_read_bandwidth 1024 11), GB/s: {before} before the runs; {after} after."]
+            f"Read bandwidth (kvx_read_bandwidth: best pass of the best read loop, 11 passes), GB/s: {before} "
+            f"before the runs; {after} after."]
 
 
 def smollm2_table(cases):
     rows = []
-    for c in sorted(find(cases, model="SmolLM2-135M"), key=lambda c: (c["precision"] != "f32", c["threads"],
-                                                                       ENGINE_ORDER[c["engine"]])):
+    order = lambda c: (PRECISION_ORDER.get(c["precision"], 9), c["precision"], c["threads"], ENGINE_ORDER[c["engine"]])
+    for c in sorted(find(cases, model="SmolLM2-135M"), key=order):
         if c["prompt_tokens"] != 128:
             continue
         long_prefill = find(cases, model=c["model"], engine=c["engine"], precision=c["precision"],

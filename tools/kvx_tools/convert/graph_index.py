@@ -90,6 +90,12 @@ class GraphIndex:
             frontier = next_frontier
         return order
 
+    def initializer_type(self, tensor):
+        """The TensorProto data type of initializer tensor, or None: it tells int4 from uint4 and packed bytes
+        from uint8 values, which the numpy array alone does not."""
+        init = self._initializers.get(tensor)
+        return init.data_type if init is not None else None
+
     def static_shape(self, tensor):
         """tensor's dims as declared or inferred (int, or None where symbolic), or None when unknown."""
         value = self.constant(tensor)

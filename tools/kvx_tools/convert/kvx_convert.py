@@ -3,6 +3,7 @@
   python3 -m kvx_tools.convert MODEL.onnx -o MODEL_DIR [--tokenizer FILE [--merges vocab.bpe]]
                               [--chat-template FILE] [--max-seq-len N] [--dtype f16|f32]
                               [--check-weights | --no-check-weights]
+                              [--quantize int8|int4 [--block-size B] [--symmetric] [--no-quantize-embeddings]]
 
 The tokenizer is a llama2.c tokenizer.bin, an HF tokenizer.json (byte-level BPE), or GPT-2's encoder.json
 with its vocab.bpe given by --merges.
@@ -10,6 +11,10 @@ with its vocab.bpe given by --merges.
 Weights are found by following the graph from the embedding along the residual stream, not by initializer
 names; the structure there tells Llama from GPT-2 (graph_mapper.py). Anything the converter cannot map
 stops it with exit code 1 and one line on stderr.
+
+Quantized graphs (MatMulNBits, GatherBlockQuantized, blockwise DequantizeLinear) keep their integers
+(patterns_quantized.py); --quantize quantizes a float graph's matrices as ONNX Runtime's RTN quantizer does
+(quantize_rtn.py, quantize_choice.py). docs/model-format.md, "Quantized matrices", has the layout.
 """
 
 import argparse
@@ -24,6 +29,9 @@ from .normalise import normalise
 from .kvx_writer import kvx_config, write_model_dir
 from .onnx_loading import check_onnx_model, load_onnx_model
 from .op_support import check_supported_ops
+from .patterns_quantized import rewrite_quantized_ops
+from .quantize_choice import QUANTIZE_BITS, quantize_floats
+from .quantized_matrix import BLOCK_SIZES
 from .sliding_window import sliding_window_of
 from .special_tokens import dummy_prefix, special_token_ids, whole_piece_ids
 from .tokenizer_bundle import bundle, carry_sentencepiece_options
@@ -63,15 +71,18 @@ def max_seq_len_of(model, override, n_positions=None, table="the position embedd
 
 
 def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None,
-            dtype=None, check_weights=True):
+            dtype=None, check_weights=True, quantize=None, block_size=32, symmetric=False, quantize_embeddings=True):
     """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict.
-    dtype: "f16" or "f32" for the weight matrices, or None to keep the graph's (weight_dtype.py).
-    check_weights: refuse weights holding NaN or infinity (weight_check.py)."""
+    dtype: "f16" or "f32" for the float weight matrices, or None to keep the graph's (weight_dtype.py).
+    check_weights: refuse weights holding NaN or infinity (weight_check.py).
+    quantize: "int8" or "int4" to quantize the float matrices quantize_choice.py picks (blocks of block_size,
+    symmetric or with zero points, the embedding and classifier too with quantize_embeddings), or None."""
     model = load_onnx_model(onnx_path)
     genai = read_genai_config(onnx_path)
     genai_length = genai.context_length if genai else None
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path, model)
+    sources = rewrite_quantized_ops(model)
     ix = GraphIndex(normalise(model).graph)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
@@ -94,7 +105,13 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     window = sliding_window_of(model, mapped.hyperparameters["n_layers"], ix, mapped.graph_windows, genai,
                                lambda line: print(f"kvx convert: warning: {line}", file=sys.stderr))
     dtype = dtype or source_dtype(mapped.tensors)
-    tensors = cast_weights(mapped.tensors, dtype)
+    floats, quantized = sources.split(mapped.tensors)
+    if quantize is not None:
+        quantized.update(quantize_floats(floats, quantize, block_size, symmetric,
+                                         mapped.hyperparameters["tied_embeddings"], quantize_embeddings))
+    tensors = cast_weights(floats, dtype)
+    for name, matrix in quantized.items():  # scales in the graph's precision, whatever --dtype says
+        tensors.update(matrix.to_tensors(name))
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,
                         window)
     try:
@@ -120,10 +137,21 @@ def main(argv=None, prog=None):
                         "(default: the graph's: f16 when all its matrices are fp16, else f32)")
     parser.add_argument("--check-weights", action=argparse.BooleanOptionalAction, default=True,
                         help="refuse weights that hold NaN or infinity (default: on)")
+    parser.add_argument("--quantize", choices=sorted(QUANTIZE_BITS), help="quantize the float weight matrices "
+                        "round-to-nearest, as ONNX Runtime's MatMulNBitsQuantizer does (default: keep them float; "
+                        "a quantized graph's matrices stay as the graph has them)")
+    parser.add_argument("--block-size", type=int, default=32, choices=BLOCK_SIZES,
+                        help="with --quantize: inputs per block, one scale each (default: 32)")
+    parser.add_argument("--symmetric", action="store_true", help="with --quantize: no zero points (ORT's "
+                        "is_symmetric; default: asymmetric, a zero point per block, as ORT's default)")
+    parser.add_argument("--quantize-embeddings", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --quantize: the token embedding and the classifier too, as llama.cpp does "
+                             "(the classifier, or a tied embedding, as int8 under int4; default: on)")
     args = parser.parse_args(argv)
     try:
         convert(args.model, args.output, args.tokenizer, args.max_seq_len, args.merges, args.chat_template,
-                args.dtype, args.check_weights)
+                args.dtype, args.check_weights, args.quantize, args.block_size, args.symmetric,
+                args.quantize_embeddings)
     except ConvertError as e:
         print(f"kvx convert: {e}", file=sys.stderr)
         return 1

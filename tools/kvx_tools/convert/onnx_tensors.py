@@ -10,10 +10,12 @@ from onnx import TensorProto, helper
 
 from .convert_errors import ConvertError, node_label
 
-# Types whose elements pack several to a byte or to an int32: their storage is not one entry per element.
-# kvx reads none of them, so for these only the type and the dims are checked.
-PACKED_TYPES = frozenset(getattr(TensorProto, name) for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
-                         if hasattr(TensorProto, name))
+# Types whose elements pack several to a byte or to an int32, with their bits per element: their storage is
+# not one entry per element. Of them kvx reads int4 / uint4 (blockwise DequantizeLinear's weights); for the
+# typed fields only the type and the dims are checked, raw data against its packed size.
+PACKED_BITS = {getattr(TensorProto, name): bits for name, bits in
+               (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2)) if hasattr(TensorProto, name)}
+PACKED_TYPES = frozenset(PACKED_BITS)
 COMPLEX_TYPES = frozenset((TensorProto.COMPLEX64, TensorProto.COMPLEX128))  # two entries per element
 
 
@@ -46,7 +48,10 @@ def element_type(tensor, name, where):
 
 def expected_bytes(tensor, name, where):
     """The bytes tensor's dims and type need when stored raw (onnx's raw_data, or external data)."""
-    return element_count(tensor, name, where) * element_type(tensor, name, where).itemsize
+    count = element_count(tensor, name, where)
+    if tensor.data_type in PACKED_BITS:
+        return -(-count * PACKED_BITS[tensor.data_type] // 8)
+    return count * element_type(tensor, name, where).itemsize
 
 
 def check_inline_sizes(model, where):

@@ -8,6 +8,7 @@ from .convert_errors import ConvertError, node_label
 from .patterns_ortgenai_gpt2 import MS_DOMAIN, ORTGENAI_GPT2_OPS
 from .patterns_ortgenai_gqa import GQA_OP
 from .patterns_ortgenai_llama import ORTGENAI_LLAMA_OPS
+from .patterns_quantized import QUANTIZED_FUSED_OPS
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -26,11 +27,14 @@ SUPPORTED_DEFAULT_OPS = frozenset({
     # what torch.onnx.export (TorchScript and dynamo) and optimum add around the same computation; normalise.py
     # rewrites Gemm and drops Dropout, the rest builds masks and positions
     "Flatten", "GatherND", "IsNaN", "Gemm", "Dropout", "ReduceSum", "CumSum", "ScatterND",
+    # blockwise quantized weights (opset 21), dequantized into MatMul weights by patterns_quantized.py
+    "DequantizeLinear",
 })
 
 # Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft
 # domain; the default domain ("") holds the few ONNX Runtime registers there (SimplifiedLayerNormalization).
-SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS) | ORTGENAI_LLAMA_OPS | {GQA_OP}
+SUPPORTED_FUSED_OPS = frozenset((MS_DOMAIN, op) for op in ORTGENAI_GPT2_OPS | QUANTIZED_FUSED_OPS) | \
+    ORTGENAI_LLAMA_OPS | {GQA_OP}
 # The fewest inputs and outputs of each in ONNX Runtime's contrib operator schemas (an optional one in between
 # may be ""). The matchers index them, and onnx.checker, which does not know these operators, cannot check.
 FUSED_MIN_ARITY = {
@@ -43,6 +47,8 @@ FUSED_MIN_ARITY = {
     (MS_DOMAIN, "RotaryEmbedding"): (4, 1),
     (MS_DOMAIN, "MultiHeadAttention"): (1, 1),
     GQA_OP: (7, 3),
+    (MS_DOMAIN, "MatMulNBits"): (3, 1),
+    (MS_DOMAIN, "GatherBlockQuantized"): (3, 1),
 }
 assert set(FUSED_MIN_ARITY) == SUPPORTED_FUSED_OPS
 

@@ -3,6 +3,12 @@ fp32 weights, and writes its tokenizer beside it (tokenizer.json for Llama's byt
 llama2.c's layout, for Gemma 3's SentencePiece vocabulary) and its chat template as chat_template.jinja.
 
   python3 -m kvx_tools.export.export_gguf_llama MODEL.gguf -o OUT.onnx [--external-data]
+                                                [--keep-quantized] [--requantize none|q8_0|q4_0]
+
+--keep-quantized (Llama only) keeps Q8_0, Q4_0 and Q4_1 matrices quantized, as ONNX Runtime's com.microsoft
+MatMulNBits (and GatherBlockQuantized for a Q8_0/Q4_0 embedding) with the file's integers and scales, and
+stores the other matrices fp32; --requantize q8_0|q4_0 (implies --keep-quantized) re-quantizes those other
+matrices to that type first, with llama.cpp's rounding (gguf_blocks.py). Norm weights stay fp32.
 
 The context length, RoPE theta, RMSNorm eps and the BOS/EOS ids come from the GGUF metadata; the ids
 are stored in the ONNX metadata_props, where kvx convert finds them.
@@ -23,15 +29,18 @@ TOKENIZER_FILE = "tokenizer.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 
-def export_gguf(gguf_path, onnx_path, external_data):
+def export_gguf(gguf_path, onnx_path, external_data, requantize=None):
     """Writes OUT.onnx (+ .data), tokenizer.json and, when the file has one, chat_template.jinja.
+    requantize: None for fp32 weights; "none", "q8_0" or "q4_0" for quantized ones (the module's docstring).
     Returns the config read from the metadata. Raises GgufError for what it cannot export."""
     reader = open_gguf(gguf_path)
     if gguf_architecture(reader) == "gemma3":
+        if requantize is not None:
+            raise GgufError(f"{gguf_path}: quantized export is for Llama files only; Gemma 3 exports fp32")
         return _export_gemma3(reader, gguf_path, onnx_path, external_data)
     tokenizer = gguf_tokenizer(reader)
     template = gguf_chat_template(reader)
-    config, weights = read_gguf_llama(reader, gguf_path)
+    config, weights = read_gguf_llama(reader, gguf_path, requantize)
     if tokenizer.get_vocab_size() != config["vocab_size"]:
         raise GgufError(f"{gguf_path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, the embedding "
                         f"{config['vocab_size']} rows")
@@ -73,9 +82,14 @@ def main(argv=None):
     parser.add_argument("gguf", help="Llama or Gemma 3 GGUF file")
     parser.add_argument("-o", "--output", required=True, help="ONNX file to write")
     parser.add_argument("--external-data", action="store_true", help="weights in OUT.onnx.data")
+    parser.add_argument("--keep-quantized", action="store_true",
+                        help="Q8_0, Q4_0 and Q4_1 matrices as MatMulNBits, the others fp32")
+    parser.add_argument("--requantize", choices=["none", "q8_0", "q4_0"],
+                        help="with --keep-quantized (implied), what matrices of other types become (none: fp32)")
     args = parser.parse_args(argv)
+    requantize = args.requantize or ("none" if args.keep_quantized else None)
     try:
-        export_gguf(args.gguf, args.output, args.external_data)
+        export_gguf(args.gguf, args.output, args.external_data, requantize)
     except (OSError, GgufError) as e:
         print(f"kvx export: {e}", file=sys.stderr)
         return 1

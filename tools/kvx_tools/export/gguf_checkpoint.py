@@ -1,8 +1,10 @@
 """Reads a Llama GGUF file (llama.cpp's format) into the config and fp32 weights of llama_graph, undoing
 the row permutation llama.cpp's converter applies to Q and K.
 
-Every tensor is dequantized to fp32 with the gguf package, whatever its storage type (F32, F16, Q8_0,
-Q4_1, ...): the exported graph then computes in fp32 exactly what the quantized file encodes.
+By default every tensor is dequantized to fp32 with the gguf package, whatever its storage type (F32, F16,
+Q8_0, Q4_1, ...): the exported graph then computes in fp32 exactly what the quantized file encodes. With
+requantize ("none", "q8_0" or "q4_0") the matrices stay quantized instead (gguf_blocks.py): Q8_0, Q4_0 and Q4_1
+blocks as they are, other types dequantized and then re-quantized to requantize's type ("none": kept fp32).
 
 GGUF names and shapes: GGUF lists dims fastest-first, so a tensor of GGUF shape [in, out] reads as the
 numpy array [out, in], PyTorch's Linear layout.
@@ -18,6 +20,7 @@ from gguf.quants import dequantize
 from ..convert.kvx_layout import expected_tensor_shapes  # the converter's table of kvx shapes
 from ..input_file import unreadable_reason
 from .gguf_layout import check_gguf_layout
+from .gguf_blocks import QuantizedMatrix, gguf_quantized_matrix
 from .gguf_metadata import GgufError, metadata_float, metadata_int, metadata_str
 from .llama_graph import interleaved_to_rotate_half
 
@@ -109,18 +112,34 @@ def _named_tensors(reader, path, config, layer_tensors, family):
     return tensors, gguf_to_kvx, shapes
 
 
-def read_gguf_llama(reader, path):
+def read_gguf_llama(reader, path, requantize=None):
     """reader: open_gguf(path). Returns (config, weights) for llama_graph.build_llama_graph; config also
-    carries bos_token_id and eos_token_ids from the tokenizer metadata."""
+    carries bos_token_id and eos_token_ids from the tokenizer metadata. requantize: None for fp32 weights, else
+    "none", "q8_0" or "q4_0": matrices as gguf_blocks.QuantizedMatrix (see the module's docstring)."""
     config = _config(reader)
     tensors, gguf_to_kvx, shapes = _named_tensors(reader, path, config, LAYER_TENSORS, "Llama")
     _check_shapes(path, config, shapes)  # before dequantizing: fp32 copies of wrong shapes could be huge
-    weights = {name: _dequantized(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
+    weights = {name: _weight(tensors[gguf_name], requantize) for gguf_name, name in gguf_to_kvx.items()}
     for i in range(config["n_layers"]):
         # llama.cpp permutes these rows into neighbour pairs for its own RoPE; HF's graph wants halves.
-        weights[f"layers.{i}.wq"] = interleaved_to_rotate_half(weights[f"layers.{i}.wq"], config["n_heads"])
-        weights[f"layers.{i}.wk"] = interleaved_to_rotate_half(weights[f"layers.{i}.wk"], config["n_kv_heads"])
+        weights[f"layers.{i}.wq"] = _permuted_rows(weights[f"layers.{i}.wq"], config["n_heads"])
+        weights[f"layers.{i}.wk"] = _permuted_rows(weights[f"layers.{i}.wk"], config["n_kv_heads"])
     return config, weights
+
+
+def _weight(tensor, requantize):
+    """tensor as fp32, or as a QuantizedMatrix where requantize asks for one and the tensor is a matrix."""
+    if requantize is not None and len(tensor.shape) == 2:
+        matrix = gguf_quantized_matrix(tensor, requantize)
+        if matrix is not None:
+            return matrix
+    return _dequantized(tensor)
+
+
+def _permuted_rows(weight, n_heads):
+    if isinstance(weight, QuantizedMatrix):
+        return weight.map_rows(lambda rows: interleaved_to_rotate_half(rows, n_heads))
+    return interleaved_to_rotate_half(weight, n_heads)
 
 
 def _numpy_shape(tensor):

@@ -23,7 +23,9 @@ weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear w
 import numpy as np
 
 from .decoder_graph import DecoderGraph, graph_metadata
+from .gguf_blocks import QuantizedMatrix
 from .onnx_graph_builder import FLOAT, OnnxGraphBuilder
+from .quantized_ops import gather_block_quantized, matmul_nbits, quantized_operands
 
 OPSET = 17
 IR_VERSION = 8  # the IR of opset 17; keeps the files loadable by older ONNX Runtime builds
@@ -37,18 +39,18 @@ def rope_inv_freq(head_dim, theta):
 
 
 def interleaved_to_rotate_half(w, n_heads):
-    """w [n_heads*head_dim, in] -> same shape with rows reordered inside each head.
+    """w [n_heads*head_dim, ...] -> same shape with rows reordered inside each head (any trailing dims:
+    the rows of a quantized matrix's blocks and scales move the same way).
 
     llama2.c and llama.cpp's GGUF files rotate neighbours (2j, 2j+1) by frequency j; HF's rotate_half
     rotates (j, j + head_dim/2) by frequency j. Putting row 2j at j and row 2j+1 at j + head_dim/2 makes
     the two compute the same thing; q.k is unchanged because Q and K get the same permutation. (HF's
     conversion script does it; llama.cpp's GGUF converter does the inverse.)
     """
-    rows, cols = w.shape
-    head_dim = rows // n_heads
-    return (w.reshape(n_heads, head_dim // 2, 2, cols)
-             .transpose(0, 2, 1, 3)
-             .reshape(rows, cols))
+    head_dim = w.shape[0] // n_heads
+    return (w.reshape(n_heads, head_dim // 2, 2, *w.shape[1:])
+             .swapaxes(1, 2)
+             .reshape(w.shape))
 
 
 def build_llama_graph(config, weights):
@@ -60,13 +62,18 @@ class _LlamaGraph(DecoderGraph):
         self.c = config
         self.w = weights
         self.g = OnnxGraphBuilder()
+        self.embedding_operands = None  # a quantized embedding's MatMulNBits operands, for the tied classifier
 
     # -- small pieces ---------------------------------------------------------------------------
 
     def _linear(self, x, weight_key, scope):
-        """x @ W^T with W stored as an [in, out] initializer, as torch exports nn.Linear without bias."""
-        w_in_out = self.g.add_initializer(f"{scope[1:].replace('/', '.')}.weight_in_out",
-                                          self.w[weight_key].T)
+        """x @ W^T with W stored as an [in, out] initializer, as torch exports nn.Linear without bias; a quantized
+        W (gguf_blocks.QuantizedMatrix) as ONNX Runtime's MatMulNBits instead."""
+        name = f"{scope[1:].replace('/', '.')}.weight"
+        w = self.w[weight_key]
+        if isinstance(w, QuantizedMatrix):
+            return matmul_nbits(self.g, x, w, quantized_operands(self.g, w, name), scope)
+        w_in_out = self.g.add_initializer(f"{name}_in_out", w.T)
         return self.g.op("MatMul", [x, w_in_out], scope)
 
     def _rms_norm(self, x, weight_key, weight_name, scope):
@@ -154,11 +161,35 @@ class _LlamaGraph(DecoderGraph):
             return self.g.add_initializer("lm_head.weight_in_out", self.w["classifier"].T)
         return self.g.op("Transpose", ["model.embed_tokens.weight"], "/lm_head", perm=[1, 0])
 
+    def _embedding(self):
+        """[b, s, dim] rows of the embedding. A quantized one (default zero points) is GatherBlockQuantized over the
+        initializers that the tied classifier's MatMulNBits reads too (_logits), stored once; one with float zero
+        points (GGUF Q4_1) is dequantized, since GatherBlockQuantized takes integer zero points only."""
+        table = self.w["tok_embeddings"]
+        if isinstance(table, QuantizedMatrix) and table.zero_points is None:
+            self.embedding_operands = quantized_operands(self.g, table, "model.embed_tokens.weight")
+            return gather_block_quantized(self.g, "input_ids", table, self.embedding_operands, "/model/embed_tokens")
+        if isinstance(table, QuantizedMatrix):
+            table = table.dequantized()
+        embedding = self.g.add_initializer("model.embed_tokens.weight", table)
+        return self.g.op("Gather", [embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
+
+    def _logits(self, normed):
+        """logits [b, s, vocab]: MatMulNBits where the classifier, or the embedding it is tied to, is quantized."""
+        scope = "/lm_head"
+        classifier = self.w.get("classifier")
+        if isinstance(classifier, QuantizedMatrix):
+            operands = quantized_operands(self.g, classifier, "lm_head.weight")
+            return matmul_nbits(self.g, normed, classifier, operands, scope, outputs=["logits"])
+        if classifier is None and self.embedding_operands is not None:
+            return matmul_nbits(self.g, normed, self.w["tok_embeddings"], self.embedding_operands, scope,
+                                outputs=["logits"])
+        return self.g.op("MatMul", [normed, self._lm_head_weight()], scope, outputs=["logits"])
+
     def build(self):
         c, g = self.c, self.g
         self._declare_interface()
-        embedding = g.add_initializer("model.embed_tokens.weight", self.w["tok_embeddings"])
-        hidden = g.op("Gather", [embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
+        hidden = self._embedding()
         cos, sin = self._rotary_cos_sin("position_ids")
         bias = self._attention_bias("input_ids", "attention_mask")
         window = c.get("sliding_window") or 0
@@ -174,5 +205,5 @@ class _LlamaGraph(DecoderGraph):
                                     f"{layer}/post_attention_layernorm")
             hidden = g.op("Add", [hidden, self._mlp(i, normed)], layer)
         normed = self._rms_norm(hidden, "final_norm", "model.norm.weight", "/model/norm")
-        g.op("MatMul", [normed, self._lm_head_weight()], "/lm_head", outputs=["logits"])
+        self._logits(normed)
         return g.build("main_graph", OPSET, IR_VERSION, graph_metadata(c))

@@ -59,9 +59,11 @@ class OnnxGraphBuilder:
 
     def build(self, graph_name, opset, ir_version, metadata):
         graph = helper.make_graph(self.nodes, graph_name, self.inputs, self.outputs, self.initializers)
+        # com.microsoft (MatMulNBits, GatherBlockQuantized) is imported only by graphs that use it
+        domains = sorted({node.domain for node in self.nodes if node.domain})
         model = helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", opset)],
+            opset_imports=[helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains],
             producer_name="kvx-export",
         )
         model.ir_version = ir_version

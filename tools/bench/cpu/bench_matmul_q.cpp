@@ -1,0 +1,107 @@
+// Quantized matmul benchmarks (matmul_q): decode GEMV (one row of x) and prefill GEMM (32 and 512 rows) at the
+// matrix shapes of SmolLM2-135M and of a 1B-class model, with the layouts llama.cpp's Q8_0 and Q4_0 store:
+// symmetric blocks of 32 with fp16 scales. As in bench_matmul.cpp, each call reads the next of a rotation of
+// copies of the matrix that together far exceed the L3 cache, so the GEMV's GB/s is against DRAM, the
+// figure a quantized decode step lives by; bytes per call are the integers plus the scales (and x and out).
+#include <algorithm>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "tools/bench/support/bench_support.h"
+
+namespace kvx::bench {
+namespace {
+
+// > 8x a 32 MB L3: no call finds its matrix in the cache.
+constexpr size_t kRotationBytes = size_t{256} << 20;
+constexpr int32_t kBlock = 32;  // Q8_0's and Q4_0's block
+
+struct QuantData {
+    std::vector<uint8_t> q;        // [copies][m][padded_k * bits / 8], random integers
+    std::vector<uint16_t> scales;  // [copies][m][padded_k / 32], fp16 bits
+    size_t copies = 0;
+    size_t q_bytes = 0;            // of one copy
+    size_t scale_count = 0;        // of one copy
+    int32_t padded_k = 0;
+    std::vector<float> x;          // [n][k]
+    std::vector<float> out;        // [n][m]
+
+    QuantMatrix matrix(int bits, size_t copy) const {
+        QuantMatrix w;
+        w.q = q.data() + copy * q_bytes;
+        w.scales = scales.data() + copy * scale_count;
+        w.bits = bits;
+        w.block = kBlock;
+        w.padded_cols = padded_k;
+        w.offset = QuantOffset::none;  // symmetric: q8 around 0, q4 around 8
+        w.scales_f16 = true;
+        return w;
+    }
+    double weight_bytes() const { return static_cast<double>(q_bytes + scale_count * sizeof(uint16_t)); }
+};
+
+QuantData make_data(int bits, int n, int k, int m) {
+    QuantData d;
+    d.padded_k = static_cast<int32_t>(quant_padded_cols(k, kBlock));
+    d.q_bytes = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k) * static_cast<size_t>(bits) / 8;
+    d.scale_count = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k / kBlock);
+    d.copies = std::max<size_t>(1, kRotationBytes / static_cast<size_t>(d.weight_bytes()));
+    d.q.resize(d.copies * d.q_bytes);
+    // Any byte is a valid q8 value or pair of q4 nibbles; the kernels' speed does not depend on which.
+    std::mt19937_64 random(7);
+    for (size_t i = 0; i < d.q.size(); i += 8) {
+        const uint64_t bytes = random();
+        for (size_t b = 0; b < 8 && i + b < d.q.size(); ++b) d.q[i + b] = static_cast<uint8_t>(bytes >> (8 * b));
+    }
+    d.scales.resize(d.copies * d.scale_count);
+    fill_random_f16(d.scales, 5);
+    d.x.resize(static_cast<size_t>(n) * static_cast<size_t>(k));
+    fill_random(d.x, 6);
+    d.out.resize(static_cast<size_t>(n) * static_cast<size_t>(m));
+    return d;
+}
+
+// Arguments: threads, n (rows of x), k (in_features), m (out_features).
+template <int kBits>
+void matmul_q(benchmark::State& state) {
+    use_threads(state);
+    const int n = static_cast<int>(state.range(1));
+    const int k = static_cast<int>(state.range(2));
+    const int m = static_cast<int>(state.range(3));
+    QuantData& d = reuse_or_make<QuantData>(std::make_tuple(kBits, n, k, m), [&] { return make_data(kBits, n, k, m); });
+    const KernelTable& kernels = kernels_under_test();
+    size_t copy = 0;
+    for (auto _ : state) {
+        kernels.matmul_q(d.out.data(), d.x.data(), d.matrix(kBits, copy), n, k, m);
+        benchmark::DoNotOptimize(d.out.data());
+        benchmark::ClobberMemory();
+        copy = copy + 1 == d.copies ? 0 : copy + 1;
+    }
+    const double bytes = d.weight_bytes() + 4.0 * static_cast<double>(n) * (k + m);
+    report_per_call(state, bytes, 2.0 * n * static_cast<double>(k) * m);
+}
+
+// {k, m}: SmolLM2-135M (dim 576, kv 192, hidden 1536, vocab 49152), then a 1B-class model (dim 2048,
+// kv 512, hidden 8192).
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {
+    {576, 576},   {576, 192},  {576, 1536},  {1536, 576}, {576, 49152},
+    {2048, 2048}, {2048, 512}, {2048, 8192}, {8192, 2048},
+};
+
+void gemv_shapes(benchmark::internal::Benchmark* b) {
+    for (const auto& [k, m] : kShapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {1}, {k}, {m}});
+}
+
+// Prefill: a 32-token chunk and a 512-token prompt.
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+    for (const auto& [k, m] : kShapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
+}
+
+BENCHMARK(matmul_q<8>)->Name("gemv/q8")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<4>)->Name("gemv/q4")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<8>)->Name("gemm/q8")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<4>)->Name("gemm/q4")->Apply(gemm_shapes);
+
+}  // namespace
+}  // namespace kvx::bench
