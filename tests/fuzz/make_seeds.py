@@ -68,6 +68,42 @@ def safetensors_seeds():
     write("safetensors", "empty.safetensors", save({}))
 
 
+def quantized_weights_seeds():
+    """The weights of fuzz_quantized_weights.cpp's fixed one-layer model (dim 32, hidden 64, 2 heads and 1 KV
+    head of 16, vocabulary 16, tied), its matrices in every stored form: q8 embedding in blocks of 16, q4 with
+    the fixed zero, with zero points and with minimums, an fp32 matrix, q8 in blocks of 32 and 64."""
+    rng = np.random.default_rng(0)
+    t = {}
+
+    def q4(name, rows, cols, offset=None):
+        padded = -(-cols // 32) * 32
+        t[name + ".q4"] = rng.integers(0, 256, (rows, padded // 2), dtype=np.uint8)
+        t[name + ".scales"] = rng.standard_normal((rows, padded // 32)).astype(np.float16)
+        if offset == "zero_points":
+            t[name + ".zero_points"] = rng.integers(0, 16, (rows, padded // 32), dtype=np.uint8)
+        if offset == "mins":
+            t[name + ".mins"] = rng.standard_normal((rows, padded // 32)).astype(np.float16)
+
+    def q8(name, rows, cols, block):
+        padded = -(-cols // max(block, 32)) * max(block, 32)
+        t[name + ".q8"] = rng.integers(-128, 128, (rows, padded), dtype=np.int8)
+        t[name + ".scales"] = rng.standard_normal((rows, padded // block)).astype(np.float32)
+
+    q8("tok_embeddings", 16, 32, 16)
+    t["rope_inv_freq"] = np.ones(8, np.float32)
+    layer = "layers.0."
+    for norm in (layer + "attn_norm", layer + "ffn_norm", "final_norm"):
+        t[norm] = np.ones(32, np.float32)
+    q4(layer + "wq", 32, 32)
+    q4(layer + "wk", 16, 32, "zero_points")
+    q4(layer + "wv", 16, 32, "mins")
+    t[layer + "wo"] = rng.standard_normal((32, 32)).astype(np.float32)
+    q8(layer + "w_gate", 64, 32, 32)
+    q4(layer + "w_up", 64, 32)
+    q8(layer + "w_down", 32, 64, 64)
+    write("quantized_weights", "one_layer_mixed.safetensors", save(t))
+
+
 def llama2c_seeds():
     tok512 = (TESTDATA / "stories260K" / "tok512.bin").read_bytes()
     # vocab_size 512, bos 1, add_bos true: read from the end in that order (vocab last in the file).
@@ -136,6 +172,7 @@ def npy_seeds():
 def main():
     config_seeds()
     safetensors_seeds()
+    quantized_weights_seeds()
     llama2c_seeds()
     tokenizer_json_seeds()
     text_seeds()
