@@ -1,6 +1,5 @@
 // The AVX-512 kernels. Compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c (cpu/kernels/CMakeLists.txt)
-// and called only after
-// cpu_kernels.cpp has checked that the CPU and OS support them.
+// and called only after cpu_kernels.cpp has checked that the CPU and OS support them.
 //
 // Same rule as isa_avx2.cpp: the kernels have internal linkage and use no inline function of the standard
 // library, so no code compiled for AVX-512 can be picked by the linker for other callers.
