@@ -218,7 +218,7 @@ std::string storage_of(const WeightMatrix& w) {
 bool model_has_quantized_matrix(const Model& model) {
     if (model.tok_embeddings.quantized() || model.classifier.quantized() || model.pos_embeddings.quantized()) return true;
     for (const LayerWeights& layer : model.layers)
-        for (const Linear* l : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+        for (const Linear* l : layer.linears())
             if (l->weight.quantized()) return true;
     return false;
 }
@@ -233,7 +233,7 @@ std::string weight_format(const Model& model) {
         seen.emplace_back(storage, what);
     };
     for (const LayerWeights& layer : model.layers)
-        for (const Linear* l : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+        for (const Linear* l : layer.linears())
             note(l->weight, "");
     note(model.tok_embeddings, " embedding");
     note(model.classifier, " classifier");

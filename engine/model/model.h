@@ -1,6 +1,7 @@
 // A converted model in memory: its config and pointers into the memory-mapped weights.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +56,9 @@ struct LayerWeights {
     Linear w_up;    // [hidden_dim][dim]; gpt2's c_fc
     Linear w_down;  // [dim][hidden_dim]; gpt2's c_proj
     Norm post_ffn_norm;  // sandwich norms only: on the MLP output before the residual add
+
+    // The layer's matrices, for code that treats every one alike (an absent w_gate has a null weight).
+    std::array<const Linear*, 7> linears() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
 
 struct Model {

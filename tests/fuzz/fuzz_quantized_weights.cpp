@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<float> row;
         read_whole(model.tok_embeddings, row);
         for (const LayerWeights& layer : model.layers)
-            for (const Linear* l : {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down})
+            for (const Linear* l : layer.linears())
                 read_whole(l->weight, row);
     });
     return 0;
