@@ -5,6 +5,12 @@ those very files, so that both engines read the same integers and scales:
     GGUF --export_gguf_llama --keep-quantized--> model.onnx (MatMulNBits, GatherBlockQuantized)
          --kvx convert--> model directory (q8 / q4 matrices, docs/model-format.md "Quantized matrices")
 
+and ONNX Runtime's own int4 graph of the fp32 SmolLM2 ONNX (ort_int4_model), which ONNX Runtime GenAI and
+kvx both run:
+
+    fixture model.onnx --MatMulNBitsQuantizer (4 bits, block 32, symmetric, RTN, accuracy_level 4)-->
+         model.onnx (MatMulNBits) --kvx convert--> model directory (q4 matrices)
+
 The export lives beside the GGUF in NAME.quantized-export/, where tests/python/test_quantized_gguf.py puts its
 own, and the directory in its model/; each is made once. Delete the folder to remake it after the exporter or
 converter changes.
@@ -62,3 +68,43 @@ def smollm2_quantized_models(kvx, cache):
             gguf = llamacpp_copy_gguf(source, ftype)
         models[ftype] = {"gguf": gguf, "kvx": _convert(kvx, _export(gguf))}
     return models
+
+
+def _untied(model):
+    """The graph with every Transpose of an initializer folded into a transposed copy of it. The fixture's
+    classifier is MatMul(x, Transpose(embedding)) (tied weights), which the quantizer skips as not constant;
+    untied, it is quantized like the other matrices, as GenAI's builder quantizes lm_head."""
+    from onnx import numpy_helper
+    initializers = {i.name: i for i in model.graph.initializer}
+    for node in [n for n in model.graph.node if n.op_type == "Transpose" and n.input[0] in initializers]:
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        value = numpy_helper.to_array(initializers[node.input[0]]).transpose(perm)
+        model.graph.initializer.append(numpy_helper.from_array(value.copy(), node.output[0]))
+        model.graph.node.remove(node)
+    return model
+
+
+def ort_int4_model(kvx, cache):
+    """{"onnx": the int4 graph, "kvx": kvx's directory of it}: every MatMul of the fp32 fixture (the classifier
+    too, untied; the embedding stays an fp32 Gather) quantized by ONNX Runtime's MatMulNBitsQuantizer at 4 bits, block 32,
+    symmetric, round to nearest, accuracy_level 4 (int8 activations: what GenAI's builder writes for CPU).
+    Made once, in cache/ort-int4/. Needs onnxruntime and onnx_ir."""
+    fixture = Path(cache) / "fixture"
+    folder = Path(cache) / "ort-int4"
+    graph = folder / "model.onnx"
+    if not graph.is_file():
+        import onnx
+        from onnxruntime.quantization import matmul_nbits_quantizer as mnq
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        config = mnq.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, bits=4, accuracy_level=4)
+        quantizer = mnq.MatMulNBitsQuantizer(_untied(onnx.load(fixture / "model.onnx")), algo_config=config)
+        quantizer.process()
+        onnx.save(quantizer.model.model, partial / "model.onnx", save_as_external_data=True,
+                  location="model.onnx.data")
+        for name in ("tokenizer.json", "chat_template.jinja"):
+            shutil.copy(fixture / name, partial / name)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return {"onnx": graph, "kvx": _convert(kvx, folder)}

@@ -9,7 +9,9 @@ Workloads, all greedy from the same prompt ids (bench/prompts/):
       write_gguf.py from the same Q4_1 file) and ONNX Runtime GenAI (the fp32 ONNX; it has no f16 here);
   SmolLM2-135M, q8_0 and q4_0 weights (--models smollm2-quantized, on by default): the same two workloads;
       llama.cpp on its own Q8_0 / Q4_0 re-quantization of the Q4_1 file, kvx on the model directory converted
-      from that GGUF with its blocks kept (e2e_quantized_models.py); no ONNX Runtime GenAI int4 row yet;
+      from that GGUF with its blocks kept (e2e_quantized_models.py); and "int4-ort": ONNX Runtime's
+      MatMulNBitsQuantizer int4 graph of the fp32 ONNX (block 32, accuracy_level 4), run by ONNX Runtime GenAI
+      and by kvx from the directory converted from it;
   Gemma 3 270M (--models gemma3; the model of tests/python/test_gemma3.py, which makes its fixture): a 128-token
       prompt then 256 new tokens; kvx's fp32 model exported from the Q4_K_M GGUF, llama.cpp on that GGUF and on
       its own fp32 dequantization of it (llamacpp_f32.py: the same weights as kvx's);
@@ -35,11 +37,11 @@ from pathlib import Path
 from ..checkout import REPO
 from .e2e_engines import Kvx, LlamaCpp, OrtGenai, RunC
 from .e2e_prompts import prompt_ids
-from .e2e_quantized_models import smollm2_quantized_models
+from .e2e_quantized_models import ort_int4_model, smollm2_quantized_models
 from .speed_of_light import (bytes_per_decoded_token, ceiling_tokens_per_s, gguf_weight_bytes_per_token,
                             measure_read_ceiling, weight_bytes_per_token)
 
-PEER_PACKAGES = ["llama-cpp-python", "onnxruntime-genai", "onnxruntime", "gguf", "numpy"]
+PEER_PACKAGES = ["llama-cpp-python", "onnxruntime-genai", "onnxruntime", "onnx-ir", "gguf", "numpy"]
 
 
 @dataclass
@@ -101,8 +103,9 @@ def gemma3_cases(args, n_new):
 
 
 def smollm2_quantized_cases(args, n_new):
-    """kvx and llama.cpp on the same Q8_0 / Q4_0 weights (e2e_quantized_models): decode after 128 tokens and
-    the prefill of 512; each engine's ceiling counts its own stored bytes (kvx's directory, llama.cpp's GGUF)."""
+    """kvx and llama.cpp on the same Q8_0 / Q4_0 weights, and kvx and ONNX Runtime GenAI on the same int4
+    MatMulNBits graph (precision "int4-ort"; e2e_quantized_models): decode after 128 tokens and the prefill of
+    512; each engine's ceiling counts its own stored bytes (kvx's directory, llama.cpp's GGUF)."""
     cache = Path(os.environ.get("KVX_MODEL_CACHE", REPO / ".cache" / "models")) / "smollm2-135m-instruct"
     models = smollm2_quantized_models(args.kvx, cache)
     prompt = prompt_ids("smollm2", args.kvx, models["q8_0"]["kvx"], 512)
@@ -116,6 +119,14 @@ def smollm2_quantized_cases(args, n_new):
                 if "llama.cpp" in args.engines:
                     cases.append(Case("SmolLM2-135M", LlamaCpp(ftype, threads, gguf), prompt[:prompt_len], "smollm2",
                                       new, kvx_dir, ceiling_gguf=gguf))
+    if "onnxruntime-genai" in args.engines:  # ONNX Runtime's int4 graph, run by GenAI and by kvx from it
+        int4 = ort_int4_model(args.kvx, cache)
+        kvx_dir = str(int4["kvx"])
+        for threads in args.threads:
+            for prompt_len, new in ((128, n_new), (512, 1)):
+                for engine in (Kvx(args.kvx, "int4-ort", threads, kvx_dir),
+                               OrtGenai("int4-ort", threads, str(int4["onnx"]))):
+                    cases.append(Case("SmolLM2-135M", engine, prompt[:prompt_len], "smollm2", new, kvx_dir))
     return cases
 
 

@@ -14,7 +14,7 @@ from ..checkout import REPO
 
 BEGIN, END = "<!-- e2e tables begin -->", "<!-- e2e tables end -->"
 ENGINE_ORDER = {"kvx": 0, "llama.cpp": 1, "onnxruntime-genai": 2, "llama2.c run.c": 3}
-PRECISION_ORDER = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3}  # widest weights first; others after, by name
+PRECISION_ORDER = {"f32": 0, "f16": 1, "q8_0": 2, "q4_0": 3, "int4-ort": 4}  # widest weights first; others after, by name
 
 
 def rate(stat):
@@ -122,21 +122,22 @@ def goals_table(cases):
 
     rows = []
     all_threads = sorted({c["threads"] for c in find(cases, model="SmolLM2-135M")})
-    for precision, threads in ((p, t) for p in ("f32", "f16") for t in all_threads):
+    for precision, threads in ((p, t) for p in ("f32", "f16", "q8_0", "q4_0") for t in all_threads):
         kvx = find(cases, model="SmolLM2-135M", engine="kvx", precision=precision, threads=threads,
                    prompt_tokens=128)
-        if kvx:
+        if kvx and precision in ("f32", "f16"):  # the speed-of-light goal is the fp32/fp16 issue's
             fraction = kvx[0]["decode_fraction_of_ceiling"]
             rows.append([f"SmolLM2 {precision} decode, {threads} thread(s), of speed of light", ">= 90% (2 threads)",
                          f"{fraction:.0%}"])
-        for metric, prompt, goal in (("decode", 128, 1.1), ("prefill 512", 512, 1.0)):
+        decode_goal = 1.0 if precision == "f32" else 1.1
+        for metric, prompt, goal in (("decode", 128, decode_goal), ("prefill 512", 512, 1.0)):
             ours = median(model="SmolLM2-135M", engine="kvx", precision=precision, threads=threads,
                           prompt_tokens=prompt)
             peer = median(model="SmolLM2-135M", engine="llama.cpp", precision=precision, threads=threads,
                           prompt_tokens=prompt)
             if ours and peer:
                 rows.append([f"SmolLM2 {precision} {metric}, {threads} thread(s), kvx / llama.cpp",
-                             f">= {goal}x (2 threads)", f"{ours / peer:.2f}x"])
+                             f">= {goal}x", f"{ours / peer:.2f}x"])
     for threads in sorted({c["threads"] for c in find(cases, model="stories260K")}):
         ours = median(model="stories260K", engine="kvx", threads=threads, prompt_tokens=0)
         peer = median(model="stories260K", engine="llama2.c run.c", threads=threads, prompt_tokens=0)
