@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Quantized weights on the CUDA backend: `kvx logits --device cuda` on three converted graphs of
+testdata/quantized/ against ONNX Runtime's logits (accuracy_level 0, fp32 activations), the oracle
+test_convert_quantized.py holds the CPU backend to.
+
+  - builder-int4-llama-tied: q4, block 32, no zero points, the classifier tied to a q4 embedding (the
+    embedding lookup dequantizes rows on the device; the classifier runs the quantized GEMV);
+  - nbits-8-b16-asym: q8, block 16, int8 zero points, the padding block of B = 16;
+  - nbits-4-b128-asym: q4, block 128, uint8 zero points, a partial block per row.
+(Minimums and fp16 scales, which these graphs lack, are covered by cuda/kernels/gemv_quant_test.cpp.)
+
+Each prompt runs twice. With a prefill of 1 every later row is a decode step through the quantized GEMV,
+whose weights are the reference's in fp32: 1e-4 x max|ORT|, as `kvx logits --simd reference` is held to.
+With a prefill of 11 the first 11 rows go through dequantize_f16 and cublasGemmEx, which round weights and
+activations to fp16: FP16_PREFILL_TOLERANCE, the fp16-weight bound (tests/fixtures.cpp: 5e-3 x max|ORT|).
+
+On the CUDA emulation this is the whole backend on the CPU (a few seconds); elsewhere it needs a GPU and
+exits 77 (ctest: skipped) with kvx's reason where there is none.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+from kvx_test_support import REPO
+from kvx_tools.convert.kvx_convert import convert as convert_in_process
+
+FIXTURES = REPO / "testdata" / "quantized"
+KVX = os.environ.get("KVX_BIN") or str(REPO / "build" / "bin" / "kvx")
+SKIP_EXIT = 77
+# kvx's reasons for not running --device cuda here (as test_engine_families.py lists them).
+NO_DEVICE = ("no usable CUDA device", "no CUDA device is present", "older than sm_70", "cannot query CUDA device",
+             "not built in")
+GEMV_TOLERANCE = 1e-4
+FP16_PREFILL_TOLERANCE = 3e-3
+NAMES = ("builder-int4-llama-tied", "nbits-8-b16-asym", "nbits-4-b128-asym")
+
+
+def relative(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def cuda_logits(model_dir, prompt, n_prefill, out):
+    """(logits, None), or (None, kvx's reason) where it finds no device."""
+    run = subprocess.run([KVX, "logits", "-m", str(model_dir), "--device", "cuda", "-t", "1", "--tokens",
+                          ",".join(map(str, prompt)), "--n-prefill", str(n_prefill), "-o", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    if run.returncode != 0 and any(reason in run.stderr for reason in NO_DEVICE):
+        return None, run.stderr.strip()
+    if run.returncode != 0:
+        raise AssertionError(f"kvx logits --device cuda failed ({run.returncode}): {run.stderr.strip()}")
+    return np.load(out), None
+
+
+class QuantizedCuda(unittest.TestCase):
+    def test_cuda_logits_match_ort(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in NAMES:
+                with self.subTest(name):
+                    folder = FIXTURES / name
+                    meta = json.loads((folder / "fixture.json").read_text())
+                    prompt = json.loads((folder / "prompt.json").read_text())
+                    model = Path(tmp) / name
+                    convert_in_process(folder / "model.onnx", model, max_seq_len=meta["context_length"])
+                    ort = np.load(folder / "ort_acc0.npy")
+                    for n_prefill, tolerance in ((1, GEMV_TOLERANCE), (len(prompt) - 1, FP16_PREFILL_TOLERANCE)):
+                        logits, no_device = cuda_logits(model, prompt, n_prefill, Path(tmp) / f"{name}.npy")
+                        if no_device:
+                            print(f"SKIP: --device cuda: {no_device}")
+                            sys.exit(SKIP_EXIT)
+                        error = relative(logits, ort)
+                        print(f"{name}, prefill {n_prefill}: cuda vs ORT {error:.1e} of max|ORT| (tolerance "
+                              f"{tolerance:g})", file=sys.stderr)
+                        self.assertLessEqual(error, tolerance, f"{name}, prefill {n_prefill}")
+
+
+if __name__ == "__main__":
+    unittest.main()
