@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kGemvThreads)
                 float wf[kElems];
                 Vector::to_floats(raw[u], wf);
                 const int p = v * kElems;  // first element of the vector within the row
-                accumulate_vector(acc, wf, x, n, k, p);
+                accumulate_vector<false>(acc, wf, x, n, k, p);
             }
         }
     } else {

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kGemvThreads)
                     if (p >= k) break;
                     float wf[kQuantUnitElems];
                     dequantize_unit<kBits>(w, row * n_blocks + p / w.block, raw[u], part, wf);
-                    accumulate_vector(acc, wf, x, n, k, p);
+                    accumulate_vector<true>(acc, wf, x, n, k, p);
                 }
             }
         }

@@ -29,8 +29,10 @@ __device__ __forceinline__ void load_vectors_in_flight(const uint4* vectors, int
 }
 
 // acc[r] += w[0 .. kCount) . x[r][p .. p + kCount) for r < n, x [n][k] read as float4s (16-byte aligned,
-// k % 4 == 0), stopping at k: a vector may run past the end of a row of x into the weights' padding.
-template <int kRows, int kCount>
+// k % 4 == 0). kStopAtK: a quantized vector may run past the end of a row of x into the weights' padding, so
+// the float4s at or past k are skipped; gemv.cu's vectors never do, and the check would cost it registers
+// (ptxas: 32 -> 39 for gemv_kernel<1, float>).
+template <bool kStopAtK, int kRows, int kCount>
 __device__ __forceinline__ void accumulate_vector(float (&acc)[kRows], const float (&w)[kCount], const float* x, int n,
                                                   int k, int p) {
 #pragma unroll
@@ -39,7 +41,7 @@ __device__ __forceinline__ void accumulate_vector(float (&acc)[kRows], const flo
         const float4* xv = reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * k + p);
 #pragma unroll
         for (int g = 0; g < kCount / 4; ++g) {
-            if (p + 4 * g >= k) break;
+            if (kStopAtK && p + 4 * g >= k) break;
             const float4 xg = __ldg(xv + g);
             acc[r] += w[4 * g] * xg.x;
             acc[r] += w[4 * g + 1] * xg.y;
