@@ -65,6 +65,7 @@ DeviceWeights::DeviceWeights(const Model& model) {
     }
     final_norm = norm(model.final_norm, c.dim, "final norm");
     classifier = matrix(model.classifier, "classifier");
+    note_product(classifier);
     bytes_per_step_ = bytes_ - embedding_bytes;
     if (model.classifier.data == model.tok_embeddings.data)  // tied: uploaded once, read in full every step
         bytes_per_step_ += stored_bytes(model.classifier);
@@ -107,8 +108,14 @@ DeviceMatrix DeviceWeights::quantized_matrix(const WeightMatrix& w, const char* 
     d.quant.scales = upload(w.quant.scales, b.scales, what);
     d.quant.offsets = b.offsets ? upload(w.quant.offsets, b.offsets, what) : nullptr;
     d.data = d.quant.q;
-    largest_quantized_ = std::max(largest_quantized_, static_cast<size_t>(w.rows * w.cols));
     return d;
+}
+
+// The embedding tables are only gathered from (a row per token); what goes through a matrix product sizes
+// the prefill's dequantization scratch.
+void DeviceWeights::note_product(const DeviceMatrix& w) {
+    if (w.quantized)
+        largest_quantized_ = std::max(largest_quantized_, static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols));
 }
 
 const float* DeviceWeights::vector(const float* host, int n, const char* what) {
@@ -119,6 +126,7 @@ const float* DeviceWeights::vector(const float* host, int n, const char* what) {
 DeviceLinear DeviceWeights::linear(const Linear& l, const char* what) {
     DeviceLinear d;
     d.weight = matrix(l.weight, what);
+    note_product(d.weight);
     d.bias = vector(l.bias, d.weight.rows, what);
     return d;
 }

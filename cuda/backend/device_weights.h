@@ -57,8 +57,9 @@ public:
     DeviceMatrix classifier;              // [vocab_size][dim]
 
     size_t bytes() const { return bytes_; }
-    // Elements (rows * cols) of the largest quantized matrix, 0 without any: the size of the fp16 scratch a
-    // prefill dequantizes each quantized matrix into before cublasGemmEx.
+    // Elements (rows * cols) of the largest quantized matrix of a matrix product (a layer's or the
+    // classifier), 0 without any: the size of the fp16 scratch a prefill dequantizes each into before
+    // cublasGemmEx.
     size_t largest_quantized_elements() const { return largest_quantized_; }
     // Bytes one decode step reads: every matrix and vector except the embedding tables, of which it reads
     // only a row per token (the classifier counts even when tied to the embeddings).
@@ -68,6 +69,7 @@ private:
     const void* upload(const void* host, size_t bytes, const char* what);
     DeviceMatrix matrix(const WeightMatrix& w, const char* what);
     DeviceMatrix quantized_matrix(const WeightMatrix& w, const char* what);
+    void note_product(const DeviceMatrix& w);
     const float* vector(const float* host, int n, const char* what);
     DeviceLinear linear(const Linear& l, const char* what);
     DeviceNorm norm(const Norm& n, int dim, const char* what);
