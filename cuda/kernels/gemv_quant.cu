@@ -11,17 +11,17 @@
 // Why its own kernel rather than dequantize + gemv_f16: a decode step is bound by the bytes of w, and q4 is a
 // quarter of fp16's. The weights are dequantized in registers as they stream in and never stored.
 //
-// Thread mapping: gemv.cu's. One warp per output row (kGemvWarpsPerBlock rows per block, gridDim.x =
-// ceil(m / kGemvWarpsPerBlock)). Lane l reads the row's q in 16-byte vectors l, l + 32, ... (a warp's load is 512
-// contiguous bytes), kVectorsInFlight of them loaded before any is used so that each lane keeps that many
-// independent loads in flight: 4 for q8 (16 elements each), 2 for q4 (32 each), 64 elements per lane either
-// way. A vector is dequantized 16 elements at a time (device_quant.cuh's units: q4's low nibbles, then its
-// high ones), each unit's block scale and offset read through the read-only cache (a block's lanes read the
-// same few bytes). Each weight is dequantized as the
-// reference does it (device_quant.cuh), so the result differs from the reference only in the order of the fp32
-// sums; one fp32 accumulator per row of x, a shuffle reduction, lane 0 writes out (+ bias after the sum).
-// Vectors past k hold padding only and are skipped; within the last vector, x is read only below k.
-// Rows of x: instantiated for kRows in {1, 2, 4, 8} as gemv.cu, times bits 4 and 8.
+// Thread mapping: gemv.cu's (gemv_rows.cuh). One warp per output row (kGemvWarpsPerBlock rows per block,
+// gridDim.x = ceil(m / kGemvWarpsPerBlock)). Lane l reads the row's q in 16-byte vectors l, l + 32, ... (a
+// warp's load is 512 contiguous bytes), kVectorsInFlight of them loaded before any is used so that each lane
+// keeps that many independent loads in flight: 4 for q8 (16 elements each), 2 for q4 (32 each), 64 elements
+// per lane either way. A vector is dequantized 16 elements at a time (device_quant.cuh's units: q4's low
+// nibbles, then its high ones; 16 live weights instead of 32 keep the 8-row q4 kernel out of spills), each
+// unit's block scale and offset read through the read-only cache (a block's lanes read the same few bytes).
+// Each weight is the reference's dequantize_row value, so the result differs from the reference only in the
+// order of the fp32 sums; one fp32 accumulator per row of x, a shuffle reduction, lane 0 writes out (+ bias
+// after the sum). Vectors past k hold padding only and are skipped; within the last vector, x is read only
+// below k. Rows of x: instantiated for kRows in {1, 2, 4, 8} as gemv.cu, times bits 4 and 8.
 //
 // The scalar path: x read as float4 needs k % 4 == 0 and x 16-byte aligned, and q's vector loads a 16-byte
 // aligned q (so every row is). Otherwise lanes take elements l, l + 32, ... one at a time (uniform branch).
