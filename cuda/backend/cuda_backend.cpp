@@ -49,7 +49,8 @@ private:
 
 struct CudaBackend::State {
     State(const Model& m, const CudaBackendOptions& o)
-        : owned_stream(), model(m), options(o), stream(owned_stream.get()), weights(m), blas(stream) {
+        : owned_stream(), model(m), options(o), stream(owned_stream.get()), weights(m), blas(stream),
+          dequantized(weights.largest_quantized_elements()) {
         check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
     }
     ~State() { cudaStreamSynchronize(stream); }  // no buffer is freed under a kernel still running
@@ -60,6 +61,10 @@ struct CudaBackend::State {
     cudaStream_t stream;  // every launch and copy of this backend, in order
     DeviceWeights weights;
     Blas blas;
+    // [rows][cols] fp16 of the quantized matrix a prefill multiplies now: every quantized matrix is dequantized
+    // into it just before its cublasGemmEx (stream order keeps one product's weights from the next's), so the
+    // model stays at its quantized size on the device. Sized once, for the largest; empty without any.
+    DeviceBuffer<uint16_t> dequantized;
     int sm_count = 0;
 
     // Set by allocate_kv. KV pools: a layer's K/V live in its group's pool, [num_blocks][n_kv_heads]
@@ -86,6 +91,8 @@ struct CudaBackend::State {
 
     void ensure_scratch(int32_t rows, size_t workspace_floats);
     void linear(float* out, const float* in, const DeviceLinear& l, int n);
+    void quantized_linear(float* out, const float* in, const DeviceLinear& l, int n);
+    void embed_tokens(const StagedBatch& b, int n);
     void norm(float* out, const float* in, const DeviceNorm& w, int n);
     void add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n);
     void attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
@@ -127,6 +134,7 @@ void CudaBackend::State::ensure_scratch(int32_t rows, size_t workspace_floats) {
 // out [n][rows] = in [n][cols] . weight^T (+ bias): the GEMV for decode-sized batches, cuBLAS beyond.
 void CudaBackend::State::linear(float* out, const float* in, const DeviceLinear& l, int n) {
     const DeviceMatrix& w = l.weight;
+    if (w.quantized) return quantized_linear(out, in, l, n);
     if (options.hand_gemv && n <= kGemvMaxRows) {
         if (w.f16)
             gemv_f16(out, in, static_cast<const uint16_t*>(w.data), l.bias, n, w.cols, w.rows, stream);
@@ -139,6 +147,41 @@ void CudaBackend::State::linear(float* out, const float* in, const DeviceLinear&
     else
         blas.matmul_f32(out, in, static_cast<const float*>(w.data), n, w.cols, w.rows);
     if (l.bias) add_bias(out, l.bias, n, w.rows, stream);
+}
+
+// linear() for q8 / q4 weights: the quantized GEMV for decode-sized batches; beyond, the matrix dequantized
+// to fp16 into the scratch and multiplied by cublasGemmEx like an fp16 matrix (docs/cuda.md, "Quantized weights").
+void CudaBackend::State::quantized_linear(float* out, const float* in, const DeviceLinear& l, int n) {
+    const DeviceMatrix& w = l.weight;
+    if (options.hand_gemv && n <= kGemvMaxRows) {
+        gemv_quant(out, in, w.quant, l.bias, n, w.cols, w.rows, stream);
+        return;
+    }
+    dequantize_f16(dequantized.data(), w.quant, w.rows, w.cols, stream);
+    blas.matmul_f16(out, in, dequantized.data(), x_f16.data(), n, w.cols, w.rows);
+    if (l.bias) add_bias(out, l.bias, n, w.rows, stream);
+}
+
+// x [n][dim] = the tokens' embeddings times the embedding scale (+ their positions' embeddings), as the CPU
+// backend's embed: one kernel where neither table is quantized; else a quantized table's rows are dequantized
+// (dequantize_rows), and an fp32 / fp16 position table beside a quantized token table is gathered into proj
+// (free until the first block) and added.
+void CudaBackend::State::embed_tokens(const StagedBatch& b, int n) {
+    const ModelConfig& c = model.config;
+    const DeviceMatrix& tok = weights.tok_embeddings;
+    const DeviceMatrix* pos = c.traits.learned_positions() ? &weights.pos_embeddings : nullptr;
+    if (!tok.quantized) {
+        const bool pos_in_embed = pos && !pos->quantized;
+        embed(x.data(), b.tokens, tok.data, tok.f16, c.embedding_scale, pos_in_embed ? pos->data : nullptr,
+              pos_in_embed && pos->f16, b.positions, n, c.dim, stream);
+    } else {
+        dequantize_rows(x.data(), b.tokens, tok.quant, n, c.dim, c.embedding_scale, false, stream);
+        if (pos && !pos->quantized) {
+            embed(proj.data(), b.positions, pos->data, pos->f16, 1.0f, nullptr, false, nullptr, n, c.dim, stream);
+            add(x.data(), proj.data(), int64_t{n} * c.dim, stream);
+        }
+    }
+    if (pos && pos->quantized) dequantize_rows(x.data(), b.positions, pos->quant, n, c.dim, 1.0f, true, stream);
 }
 
 void CudaBackend::State::norm(float* out, const float* in, const DeviceNorm& w, int n) {
@@ -238,9 +281,7 @@ void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShap
     const ArchitectureTraits& t = c.traits;
     const int n = shape.n_rows;
     const int64_t width = int64_t{n} * c.dim;
-    const DeviceMatrix& pos = weights.pos_embeddings;
-    embed(x.data(), b.tokens, weights.tok_embeddings.data, weights.tok_embeddings.f16, c.embedding_scale,
-          t.learned_positions() ? pos.data : nullptr, pos.f16, b.positions, n, c.dim, stream);
+    embed_tokens(b, n);
     if (t.rotary()) {
         const int half = c.rotated_dims() / 2;
         rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, half, stream);

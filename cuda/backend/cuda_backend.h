@@ -2,12 +2,14 @@
 // same Backend interface and reading the same DecoderPlan (traits, KV layout, activation widths, attention
 // arguments), so the engine's cache manager, sequences, sampler and generation loop drive it unchanged.
 //
-// Device memory (plain cudaMalloc): every weight uploaded once in its stored dtype; per layer a K and a V
-// pool [num_blocks][n_kv_heads][block_size][head_dim] of the plan's KV dtype; scratch activations for the
-// largest batch seen; the batch's metadata (tokens, positions, slots, block tables, attention tiles) staged
-// through one pinned host buffer and one device buffer per forward pass. Matrix products: the hand-written GEMV for
-// decode-sized batches (n <= kGemvMaxRows), cuBLAS beyond (fp32 SGEMM with TF32 off, so results match the
-// CPU; fp16 weights through cublasGemmEx with fp32 accumulation).
+// Device memory (plain cudaMalloc): every weight uploaded once in its stored dtype (q8 / q4 matrices as their
+// integers, scales and offsets, plus one fp16 scratch as large as the largest, which a prefill dequantizes each
+// into before cuBLAS); per layer a K and a V pool [num_blocks][n_kv_heads][block_size][head_dim] of the plan's
+// KV dtype; scratch activations for the largest batch seen; the batch's metadata (tokens, positions, slots,
+// block tables, attention tiles) staged through one pinned host buffer and one device buffer per forward pass.
+// Matrix products: the hand-written GEMV for decode-sized batches (n <= kGemvMaxRows), cuBLAS beyond (fp32
+// SGEMM with TF32 off, so results match the CPU; fp16 weights through cublasGemmEx with fp32 accumulation;
+// quantized weights through the quantized GEMV, or dequantized to fp16 then cublasGemmEx).
 //
 // CUDA graphs: a decode step whose shape repeats (same rows, same logit rows, block tables no wider than a
 // bucket) is captured once and replayed; the metadata buffers are fixed, so a replay only uploads them.

@@ -1,10 +1,40 @@
 #include "cuda/backend/device_weights.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/error.h"
 
 namespace kvx::cuda {
+namespace {
+
+// Bytes of a quantized matrix's tables (kernels/quant_matrix.h): q [rows][row_bytes], scales and offsets
+// [rows][n_blocks] (offsets: 1-byte zero points, or minimums of the scales' type; none without).
+struct QuantBytes {
+    size_t q = 0, scales = 0, offsets = 0;
+};
+
+QuantBytes quant_bytes(const WeightMatrix& w) {
+    const QuantMatrix& h = w.quant;
+    const auto rows = static_cast<size_t>(w.rows);
+    const auto entries = rows * static_cast<size_t>(h.padded_cols / h.block);
+    const size_t float_bytes = h.scales_f16 ? 2 : 4;
+    QuantBytes b;
+    b.q = rows * static_cast<size_t>(h.padded_cols) * static_cast<size_t>(h.bits) / 8;
+    b.scales = entries * float_bytes;
+    if (h.offset == QuantOffset::zero_points) b.offsets = entries;
+    if (h.offset == QuantOffset::mins) b.offsets = entries * float_bytes;
+    return b;
+}
+
+// Bytes of w as uploaded.
+size_t stored_bytes(const WeightMatrix& w) {
+    if (!w.quantized()) return static_cast<size_t>(w.rows * w.cols) * (w.dtype == WeightDtype::f16 ? 2 : 4);
+    const QuantBytes b = quant_bytes(w);
+    return b.q + b.scales + b.offsets;
+}
+
+}  // namespace
 
 DeviceWeights::DeviceWeights(const Model& model) {
     const ModelConfig& c = model.config;
@@ -35,10 +65,10 @@ DeviceWeights::DeviceWeights(const Model& model) {
     }
     final_norm = norm(model.final_norm, c.dim, "final norm");
     classifier = matrix(model.classifier, "classifier");
+    note_product(classifier);
     bytes_per_step_ = bytes_ - embedding_bytes;
     if (model.classifier.data == model.tok_embeddings.data)  // tied: uploaded once, read in full every step
-        bytes_per_step_ += static_cast<size_t>(classifier.rows) * static_cast<size_t>(classifier.cols) *
-                           (classifier.f16 ? 2 : 4);
+        bytes_per_step_ += stored_bytes(model.classifier);
 }
 
 const void* DeviceWeights::upload(const void* host, size_t bytes, const char* what) {
@@ -56,15 +86,36 @@ const void* DeviceWeights::upload(const void* host, size_t bytes, const char* wh
 }
 
 DeviceMatrix DeviceWeights::matrix(const WeightMatrix& w, const char* what) {
-    if (w.quantized())
-        throw Error(std::string("the CUDA backend does not run quantized (q8 / q4) weights yet: ") + what +
-                    " is quantized; run this model with --device cpu");
+    if (w.quantized()) return quantized_matrix(w, what);
     DeviceMatrix d;
     d.f16 = w.dtype == WeightDtype::f16;
     d.rows = static_cast<int>(w.rows);
     d.cols = static_cast<int>(w.cols);
-    d.data = upload(w.data, static_cast<size_t>(w.rows * w.cols) * (d.f16 ? 2 : 4), what);
+    d.data = upload(w.data, stored_bytes(w), what);
     return d;
+}
+
+// The three tables uploaded as they are stored (the kernels read the file's layout), each its own allocation,
+// so each is aligned for its type and q for the GEMV's 16-byte loads.
+DeviceMatrix DeviceWeights::quantized_matrix(const WeightMatrix& w, const char* what) {
+    const QuantBytes b = quant_bytes(w);
+    DeviceMatrix d;
+    d.quantized = true;
+    d.rows = static_cast<int>(w.rows);
+    d.cols = static_cast<int>(w.cols);
+    d.quant = w.quant;
+    d.quant.q = static_cast<const uint8_t*>(upload(w.quant.q, b.q, what));
+    d.quant.scales = upload(w.quant.scales, b.scales, what);
+    d.quant.offsets = b.offsets ? upload(w.quant.offsets, b.offsets, what) : nullptr;
+    d.data = d.quant.q;
+    return d;
+}
+
+// The embedding tables are only gathered from (a row per token); what goes through a matrix product sizes
+// the prefill's dequantization scratch.
+void DeviceWeights::note_product(const DeviceMatrix& w) {
+    if (w.quantized)
+        largest_quantized_ = std::max(largest_quantized_, static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols));
 }
 
 const float* DeviceWeights::vector(const float* host, int n, const char* what) {
@@ -75,6 +126,7 @@ const float* DeviceWeights::vector(const float* host, int n, const char* what) {
 DeviceLinear DeviceWeights::linear(const Linear& l, const char* what) {
     DeviceLinear d;
     d.weight = matrix(l.weight, what);
+    note_product(d.weight);
     d.bias = vector(l.bias, d.weight.rows, what);
     return d;
 }

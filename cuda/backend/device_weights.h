@@ -1,4 +1,5 @@
-// A model's weights in device memory, uploaded once from the memory-mapped model in their stored dtype.
+// A model's weights in device memory, uploaded once from the memory-mapped model in their stored dtype
+// (quantized matrices as their integers, scales and offsets, in the file's layout).
 // The structure mirrors engine/model/model.h with device pointers; a tensor used twice (tied embeddings) is
 // uploaded once.
 #pragma once
@@ -14,8 +15,10 @@
 namespace kvx::cuda {
 
 struct DeviceMatrix {
-    const void* data = nullptr;  // [rows][cols] float, or fp16 bits when f16
+    const void* data = nullptr;  // [rows][cols] float, or fp16 bits when f16; quant.q when quantized
     bool f16 = false;
+    bool quantized = false;      // q8 / q4: quant holds it
+    QuantMatrix quant;           // quantized only: the host's QuantMatrix with device pointers (same layout)
     int rows = 0;
     int cols = 0;
 };
@@ -54,6 +57,10 @@ public:
     DeviceMatrix classifier;              // [vocab_size][dim]
 
     size_t bytes() const { return bytes_; }
+    // Elements (rows * cols) of the largest quantized matrix of a matrix product (a layer's or the
+    // classifier), 0 without any: the size of the fp16 scratch a prefill dequantizes each into before
+    // cublasGemmEx.
+    size_t largest_quantized_elements() const { return largest_quantized_; }
     // Bytes one decode step reads: every matrix and vector except the embedding tables, of which it reads
     // only a row per token (the classifier counts even when tied to the embeddings).
     size_t bytes_read_per_step() const { return bytes_per_step_; }
@@ -61,6 +68,8 @@ public:
 private:
     const void* upload(const void* host, size_t bytes, const char* what);
     DeviceMatrix matrix(const WeightMatrix& w, const char* what);
+    DeviceMatrix quantized_matrix(const WeightMatrix& w, const char* what);
+    void note_product(const DeviceMatrix& w);
     const float* vector(const float* host, int n, const char* what);
     DeviceLinear linear(const Linear& l, const char* what);
     DeviceNorm norm(const Norm& n, int dim, const char* what);
@@ -68,6 +77,7 @@ private:
     std::map<const void*, DeviceBuffer<std::byte>> tensors_;  // keyed by host pointer: tied tensors once
     size_t bytes_ = 0;
     size_t bytes_per_step_ = 0;
+    size_t largest_quantized_ = 0;
 };
 
 }  // namespace kvx::cuda

@@ -18,6 +18,7 @@
 
 #include "kernels/baseline_kernels.h"
 #include "kernels/kernels.h"
+#include "kernels/quant_matrix.h"
 
 namespace kvx::cuda {
 
@@ -84,6 +85,24 @@ constexpr int kGemvMaxRows = 8;
 void gemv_f32(float* out, const float* x, const float* w, const float* bias, int n, int k, int m, cudaStream_t stream);
 void gemv_f16(float* out, const float* x, const uint16_t* w, const float* bias, int n, int k, int m,
               cudaStream_t stream);
+
+// ---- Quantized weights (cuda/kernels/gemv_quant.cu, cuda/kernels/dequantize.cu) ----
+//
+// w is a q8 / q4 QuantMatrix (kernels/quant_matrix.h) whose q, scales and offsets are device pointers, of
+// [rows][cols] with padded_cols = quant_padded_cols(cols, block). Each weight is computed as the reference's
+// dequantize_row computes it. A malformed w (bits, block, padded_cols, null or misaligned tables) throws kvx::Error.
+
+// KernelTable::matmul_q (+ bias [m] when not null) for 1 <= n <= kGemvMaxRows: out [n][m] = x [n][k] . w^T,
+// w [m][k], dequantized in registers, fp32 accumulation.
+void gemv_quant(float* out, const float* x, const QuantMatrix& w, const float* bias, int n, int k, int m,
+                cudaStream_t stream);
+// out [rows][cols] = w rounded to fp16 bits (nearest, ties to even), the row padding dropped: the weights of a
+// prefill's cublasGemmEx.
+void dequantize_f16(uint16_t* out, const QuantMatrix& w, int rows, int cols, cudaStream_t stream);
+// out [n_rows][cols] = w [indices[r]] * scale in fp32, or out += that when accumulate (indices [n_rows] in
+// 0 .. rows - 1): an embedding lookup in a quantized table, as WeightMatrix::row_to_f32 then the scale.
+void dequantize_rows(float* out, const int32_t* indices, const QuantMatrix& w, int n_rows, int cols, float scale,
+                     bool accumulate, cudaStream_t stream);
 
 // ---- Attention over the paged cache (cuda/kernels/paged_attention.cu) ----
 //

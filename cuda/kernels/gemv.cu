@@ -4,7 +4,7 @@
 // w; the design serves one goal, streaming w at full bandwidth, read exactly once:
 //
 // Thread mapping
-//   One warp per output row j (w's row j), kWarpsPerBlock rows per block, gridDim.x = ceil(m / kWarpsPerBlock).
+//   One warp per output row j (w's row j), kGemvWarpsPerBlock rows per block, gridDim.x = ceil(m / kGemvWarpsPerBlock).
 //   Lane l reads w's row in 16-byte vectors (4 floats or 8 halves): vectors l, l + 32, l + 64, ..., so a warp's
 //   load is 512 contiguous bytes. kUnroll vectors are loaded before any is used, so that each lane has that
 //   many independent 16-byte loads in flight (the loop is not left to the compiler to pipeline). The matching
@@ -25,14 +25,13 @@
 #include "cuda/kernels/cuda_check.h"
 #include "cuda/kernels/cuda_kernels.h"
 #include "cuda/kernels/device_f16.cuh"
-#include "cuda/kernels/device_reduce.cuh"
 #include "cuda/kernels/device_vector.cuh"
+#include "cuda/kernels/gemv_rows.cuh"
 #include "cuda/kernels/launch_shape.h"
 
 namespace kvx::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;  // output rows per block
 constexpr int kUnroll = 4;         // 16-byte weight loads in flight per lane
 
 // One 16-byte vector of weights as floats: 4 fp32, or 8 fp16 converted exactly.
@@ -66,12 +65,12 @@ struct WeightVector<uint16_t> {
 };
 
 template <int kRows, class W>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(float* out, const float* x, const W* w, const float* bias, int n, int k, int m, bool vectorised) {
     using Vector = WeightVector<W>;
     constexpr int kElems = Vector::kElems;
     const int lane = static_cast<int>(threadIdx.x % 32);
-    const int row = static_cast<int>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x / 32);
+    const int row = static_cast<int>(blockIdx.x) * kGemvWarpsPerBlock + static_cast<int>(threadIdx.x / 32);
     if (row >= m) return;  // the whole warp: row is the same for its 32 lanes
     const W* w_row = w + static_cast<int64_t>(row) * k;
 
@@ -84,11 +83,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         const uint4* w_vectors = reinterpret_cast<const uint4*>(w_row);
         for (int base = lane; base < n_vectors; base += 32 * kUnroll) {
             uint4 raw[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int v = base + 32 * u;
-                raw[u] = v < n_vectors ? __ldg(w_vectors + v) : make_uint4(0, 0, 0, 0);
-            }
+            load_vectors_in_flight(w_vectors, base, n_vectors, raw);
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 const int v = base + 32 * u;
@@ -96,62 +91,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                 float wf[kElems];
                 Vector::to_floats(raw[u], wf);
                 const int p = v * kElems;  // first element of the vector within the row
-#pragma unroll
-                for (int r = 0; r < kRows; ++r) {
-                    if (r >= n) break;
-                    const float4* xv = reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * k + p);
-#pragma unroll
-                    for (int q = 0; q < kElems / 4; ++q) {
-                        const float4 xq = __ldg(xv + q);
-                        acc[r] += wf[4 * q] * xq.x;
-                        acc[r] += wf[4 * q + 1] * xq.y;
-                        acc[r] += wf[4 * q + 2] * xq.z;
-                        acc[r] += wf[4 * q + 3] * xq.w;
-                    }
-                }
+                accumulate_vector<false>(acc, wf, x, n, k, p);
             }
         }
     } else {
-        for (int p = lane; p < k; p += 32) {
-            const float wp = Vector::element(w_row, p);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                if (r >= n) break;
-                acc[r] += wp * __ldg(x + static_cast<int64_t>(r) * k + p);
-            }
-        }
+        for (int p = lane; p < k; p += 32) accumulate_element(acc, Vector::element(w_row, p), x, n, k, p);
     }
 
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = warp_sum(acc[r]);
-    if (lane == 0) {
-        const float b = bias ? bias[row] : 0.0f;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            if (r >= n) break;
-            out[static_cast<int64_t>(r) * m + row] = bias ? acc[r] + b : acc[r];
-        }
-    }
+    gemv_store_row(acc, out, bias, n, m, row, lane);
 }
 
 template <class W>
 void launch_gemv(const char* name, float* out, const float* x, const W* w, const float* bias, int n, int k, int m,
                  cudaStream_t stream) {
-    require(n >= 1 && n <= kGemvMaxRows, name, "n (rows of x) must be in 1 .. kGemvMaxRows (8); larger n goes to cuBLAS");
-    require(k >= 0 && m >= 0, name, "negative k or m");
-    if (m == 0) return;
     const bool vectorised = k % WeightVector<W>::kElems == 0 && is_aligned(w, 16) && is_aligned(x, 16);
-    const auto blocks = static_cast<unsigned>((m + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    constexpr int threads = kWarpsPerBlock * 32;
-    if (n == 1)
-        gemv_kernel<1, W><<<blocks, threads, 0, stream>>>(out, x, w, bias, n, k, m, vectorised);
-    else if (n == 2)
-        gemv_kernel<2, W><<<blocks, threads, 0, stream>>>(out, x, w, bias, n, k, m, vectorised);
-    else if (n <= 4)
-        gemv_kernel<4, W><<<blocks, threads, 0, stream>>>(out, x, w, bias, n, k, m, vectorised);
-    else
-        gemv_kernel<8, W><<<blocks, threads, 0, stream>>>(out, x, w, bias, n, k, m, vectorised);
-    check_launch(name);
+    const bool launched = launch_gemv_rows(name, n, k, m, [&](auto rows, unsigned blocks) {
+        gemv_kernel<decltype(rows)::value, W><<<blocks, kGemvThreads, 0, stream>>>(out, x, w, bias, n, k, m, vectorised);
+    });
+    if (launched) check_launch(name);
 }
 
 }  // namespace

@@ -1,0 +1,206 @@
+// cuda/kernels/gemv_quant.cu and dequantize.cu against the reference: gemv_quant against matmul_q then
+// add_bias, the dequantize kernels against dequantize_row (kernels/quant_matrix.h) bit for bit. Every form the
+// format allows: bits 4 and 8, blocks 16, 32, 128, 256, no offset / zero points / minimums, fp32 and fp16
+// scales; depths that leave a partial last vector or block and padding-only vectors (k = 33: the scalar path;
+// 36 and 520: the vector path), 13 output rows (not a multiple of the 8 warps per block), n = 1, 2, 3, 8.
+//
+// The integers are random bytes everywhere, the rows' padding included, so a kernel that reads a padding
+// element as a weight, takes a high nibble for a low one or the wrong block's scale fails by far more than the
+// tolerance. Tolerance: both sides use the same fp32 weights, so the GEMV differs from the double-precision
+// reference only by fp32 summation (1e-5 as gemv_test.cpp).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "cuda/kernels/cuda_kernels.h"
+#include "cuda/kernels/test_buffers.h"
+#include "cuda/kernels/test_support.h"
+#include "kernels/error.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_matrix.h"
+
+namespace {
+
+using namespace kvx::cuda::test;
+using kvx::QuantMatrix;
+using kvx::QuantOffset;
+
+const kvx::KernelTable& reference = kvx::reference_kernels();
+
+struct QuantForm {
+    int bits;
+    int block;
+    QuantOffset offset;
+    bool f16;
+};
+
+// A random [rows][cols] quantized matrix on the host (`host`'s pointers) and on the device (`device`'s), q
+// placed q_offset bytes into its allocation (1: unaligned, the scalar paths).
+class TestQuantMatrix {
+public:
+    TestQuantMatrix(const QuantForm& f, int rows, int cols, uint32_t seed, size_t q_offset = 0) {
+        std::mt19937 rng(seed);
+        auto byte = [&] { return static_cast<uint8_t>(rng() & 0xffu); };
+        const int64_t padded = kvx::quant_padded_cols(cols, f.block);
+        const auto n_tables = static_cast<size_t>(rows * (padded / f.block));
+        q_.resize(static_cast<size_t>(rows * padded * f.bits / 8));
+        for (uint8_t& b : q_) b = byte();
+        scales_ = table(random_floats(n_tables, seed + 1, -0.05f, 0.05f), f.f16);
+        if (f.offset == QuantOffset::zero_points) {
+            offsets_.resize(n_tables);
+            for (uint8_t& z : offsets_) z = f.bits == 4 ? byte() & 0x0fu : byte();  // q8: any int8
+        } else if (f.offset == QuantOffset::mins) {
+            offsets_ = table(random_floats(n_tables, seed + 2, -0.2f, 0.2f), f.f16);
+        }
+        host.bits = f.bits;
+        host.block = f.block;
+        host.padded_cols = static_cast<int32_t>(padded);
+        host.offset = f.offset;
+        host.scales_f16 = f.f16;
+        device = host;
+        host.q = q_.data();
+        host.scales = scales_.data();
+        host.offsets = offsets_.empty() ? nullptr : offsets_.data();
+        dq_.emplace(q_, q_offset);
+        dscales_ = to_device(scales_);
+        doffsets_ = to_device(offsets_);
+        device.q = dq_->data();
+        device.scales = dscales_.data();
+        device.offsets = offsets_.empty() ? nullptr : doffsets_.data();
+    }
+
+    QuantMatrix host, device;
+
+private:
+    // floats as the bytes of an fp32 or fp16 table
+    static std::vector<uint8_t> table(const std::vector<float>& v, bool f16) {
+        std::vector<uint8_t> bytes(v.size() * (f16 ? 2 : 4));
+        if (f16) {
+            const std::vector<uint16_t> h = to_f16(v);
+            std::memcpy(bytes.data(), h.data(), bytes.size());
+        } else {
+            std::memcpy(bytes.data(), v.data(), bytes.size());
+        }
+        return bytes;
+    }
+
+    std::vector<uint8_t> q_, scales_, offsets_;
+    std::optional<OffsetBuffer<uint8_t>> dq_;
+    kvx::cuda::DeviceBuffer<uint8_t> dscales_, doffsets_;
+};
+
+std::vector<QuantForm> every_form() {
+    std::vector<QuantForm> forms;
+    for (int bits : {4, 8})
+        for (int block : {16, 32, 128, 256})
+            for (QuantOffset offset : {QuantOffset::none, QuantOffset::zero_points, QuantOffset::mins})
+                for (bool f16 : {false, true}) forms.push_back({bits, block, offset, f16});
+    return forms;
+}
+
+const char* offset_name(QuantOffset o) {
+    return o == QuantOffset::none ? "none" : o == QuantOffset::zero_points ? "zero points" : "mins";
+}
+
+struct GemvQuantCase {
+    int n, k, m;
+    bool with_bias;
+    size_t x_offset = 0, q_offset = 0;  // elements / bytes: 1 forces the scalar path
+};
+
+void check_gemv_quant(const QuantForm& f, const GemvQuantCase& c) {
+    INFO("q" << f.bits << " block " << f.block << " offset " << offset_name(f.offset) << (f.f16 ? " fp16" : " fp32")
+              << " scales; n " << c.n << " k " << c.k << " m " << c.m << (c.with_bias ? " with bias" : "")
+              << " x offset " << c.x_offset << " q offset " << c.q_offset);
+    const TestQuantMatrix w(f, c.m, c.k, 7u * static_cast<uint32_t>(c.k + c.m), c.q_offset);
+    const std::vector<float> x = random_floats(static_cast<size_t>(c.n) * static_cast<size_t>(c.k), 1);
+    const std::vector<float> bias = random_floats(static_cast<size_t>(c.m), 3);
+    std::vector<float> want(static_cast<size_t>(c.n) * static_cast<size_t>(c.m));
+    reference.matmul_q(want.data(), x.data(), w.host, c.n, c.k, c.m);
+    if (c.with_bias) reference.add_bias(want.data(), bias.data(), c.n, c.m);
+
+    OffsetBuffer<float> dx(x, c.x_offset);
+    auto dbias = to_device(bias);
+    auto out = poisoned<float>(want.size());
+    kvx::cuda::gemv_quant(out.data(), dx.data(), w.device, c.with_bias ? dbias.data() : nullptr, c.n, c.k, c.m, nullptr);
+    CHECK(relative_error(to_host(out), want) <= kFp32Tolerance);
+}
+
+TEST_CASE("gemv_quant matches the reference matmul_q and add_bias for every quantized form") {
+    SECTION("every form, row count and awkward depth") {
+        for (const QuantForm& f : every_form())
+            for (int n : {1, 2, 3, 8})
+                for (int k : {33, 36, 520}) check_gemv_quant(f, {n, k, 13, n % 2 == 1});
+    }
+    SECTION("depths that take each lane through several rounds of vectors, and many blocks of rows") {
+        for (int bits : {4, 8})
+            for (int n : {1, 8}) check_gemv_quant({bits, 32, QuantOffset::none, true}, {n, 4160, 40, true});
+    }
+    SECTION("the scalar path when x or q is not 16-byte aligned at a vector-friendly depth") {
+        for (int bits : {4, 8})
+            for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins}) {
+                check_gemv_quant({bits, 16, offset, false}, {3, 96, 13, true, 1, 0});
+                check_gemv_quant({bits, 16, offset, false}, {3, 96, 13, true, 0, 1});
+            }
+    }
+    SECTION("bad arguments throw kvx::Error") {
+        const TestQuantMatrix w({4, 32, QuantOffset::none, false}, 8, 64, 1);
+        for (int n : {0, kvx::cuda::kGemvMaxRows + 1})
+            CHECK_THROWS_AS(kvx::cuda::gemv_quant(nullptr, nullptr, w.device, nullptr, n, 64, 8, nullptr), kvx::Error);
+        QuantMatrix bad = w.device;
+        bad.block = 24;
+        CHECK_THROWS_AS(kvx::cuda::gemv_quant(nullptr, nullptr, bad, nullptr, 1, 64, 8, nullptr), kvx::Error);
+        CHECK_THROWS_AS(kvx::cuda::gemv_quant(nullptr, nullptr, w.device, nullptr, 1, 65, 8, nullptr), kvx::Error);  // padded_cols
+        bad = w.device;
+        bad.bits = 2;
+        CHECK_THROWS_AS(kvx::cuda::dequantize_f16(nullptr, bad, 8, 64, nullptr), kvx::Error);
+    }
+}
+
+// Row r of the host matrix as dequantize_row gives it.
+std::vector<float> reference_row(const QuantMatrix& w, int64_t r, int cols) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    kvx::dequantize_row(w, r, cols, row.data());
+    return row;
+}
+
+TEST_CASE("dequantize_f16 and dequantize_rows give dequantize_row's values bit for bit") {
+    constexpr int rows = 11;
+    for (const QuantForm& f : every_form())
+        for (int cols : {33, 520})
+            for (size_t q_offset : {size_t{0}, size_t{1}}) {
+                if (q_offset == 1 && f.block != 16) continue;  // the unaligned load, once per bits / offset / scales
+                INFO("q" << f.bits << " block " << f.block << " offset " << offset_name(f.offset)
+                          << (f.f16 ? " fp16" : " fp32") << " scales; cols " << cols << " q offset " << q_offset);
+                const TestQuantMatrix w(f, rows, cols, static_cast<uint32_t>(cols), q_offset);
+                std::vector<uint16_t> want_f16;
+                for (int64_t r = 0; r < rows; ++r)
+                    for (float v : reference_row(w.host, r, cols)) want_f16.push_back(kvx::f32_to_f16(v));
+                auto out16 = poisoned<uint16_t>(want_f16.size());
+                kvx::cuda::dequantize_f16(out16.data(), w.device, rows, cols, nullptr);
+                CHECK(count_bit_differences(to_host(out16), want_f16) == 0);
+
+                // Rows 9, 0, 9, 4 (a repeat, as tokens repeat), times a scale, then another lookup added.
+                const std::vector<int32_t> indices = {9, 0, 9, 4}, added = {1, 10, 2, 3};
+                const float scale = 1.5f;
+                std::vector<float> want;
+                for (size_t i = 0; i < indices.size(); ++i) {
+                    const std::vector<float> a = reference_row(w.host, indices[i], cols);
+                    const std::vector<float> b = reference_row(w.host, added[i], cols);
+                    for (int j = 0; j < cols; ++j) want.push_back(a[static_cast<size_t>(j)] * scale + b[static_cast<size_t>(j)]);
+                }
+                auto out = poisoned<float>(want.size());
+                auto dindices = to_device(indices);
+                auto dadded = to_device(added);
+                const int n = static_cast<int>(indices.size());
+                kvx::cuda::dequantize_rows(out.data(), dindices.data(), w.device, n, cols, scale, false, nullptr);
+                kvx::cuda::dequantize_rows(out.data(), dadded.data(), w.device, n, cols, 1.0f, true, nullptr);
+                CHECK(count_bit_differences(to_host(out), want) == 0);
+            }
+}
+
+}  // namespace
