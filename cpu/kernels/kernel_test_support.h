@@ -13,6 +13,7 @@
 
 #include "cpu/kernels/cpu_kernels.h"
 #include "kernels/kernels.h"
+#include "kernels/test_inputs.h"
 
 namespace kvx::cpu::testing {
 
@@ -43,13 +44,7 @@ void for_each_level(Check check) {
     }
 }
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
+using kvx::testing::random_floats;
 
 inline std::vector<float> nan_filled(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 

@@ -12,16 +12,11 @@
 
 #include "cuda/kernels/device_buffer.h"
 #include "kernels/f16.h"
+#include "kernels/test_inputs.h"
 
 namespace kvx::cuda::test {
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
+using kvx::testing::random_floats;
 
 inline std::vector<uint16_t> to_f16(std::span<const float> v) {
     std::vector<uint16_t> h(v.size());
