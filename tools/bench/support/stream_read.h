@@ -42,6 +42,7 @@ enum class ReadLoop {
     portable,       // 32 scalar partial sums, for CPUs without AVX2
     avx2,           // eight independent 32-byte accumulators
     avx2_prefetch,  // the same with a software prefetch 512 B ahead
+    avx2_prefetch_far,  // the same with the CPU GEMV's prefetch: 32 KB ahead, into L2
     avx512,         // four independent 64-byte accumulators
 };
 const char* read_loop_name(ReadLoop loop);
