@@ -1,4 +1,4 @@
-// Random inputs for the kernel tests of both backends (cpu/kernels/kernel_test_support.h and
+// Random inputs for the kernel tests of both backends (cpu/kernels/test_support.h and
 // cuda/kernels/test_support.h take them from here). Header-only; test code only.
 #pragma once
 

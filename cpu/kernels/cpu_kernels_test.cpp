@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cpu/kernels/cpu_kernels.h"
-#include "cpu/kernels/kernel_test_support.h"
+#include "cpu/kernels/test_support.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 #include "kernels/kernels.h"

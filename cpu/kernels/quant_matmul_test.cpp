@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/kernels/kernel_test_support.h"
+#include "cpu/kernels/test_support.h"
 #include "kernels/f16.h"
 #include "kernels/kernels.h"
 
