@@ -29,6 +29,7 @@ struct MachineCeiling {
 
     // Throws std::out_of_range for a thread count or level that was not measured.
     double read_gbps_at(int threads) const;
+    // The peak FMA rate a kernel of `level` is held to: the best level's (machine_ceiling.cpp says why).
     double fma_gflops_at(cpu::SimdLevel level, int threads) const;
     // Every figure as (key, value) strings for benchmark::AddCustomContext, e.g.
     // ("kvx_read_GBps_threads_2", "25.1"), ("kvx_read_GBps_avx2_threads_2", "24.0"), ("kvx_peak_fma_GFLOPs_avx2_threads_1", "76.3").
