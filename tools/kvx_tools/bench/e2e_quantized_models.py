@@ -25,17 +25,25 @@ FTYPES = ("q8_0", "q4_0")
 SOURCE_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _export(gguf):
-    from ..export.export_gguf_llama import export_gguf
-    folder = gguf.with_name(gguf.stem + ".quantized-export")
+def _made_once(folder, write):
+    """folder, with write(scratch) run into a scratch folder beside it and moved into place, unless folder's
+    model.onnx is already there: an interrupted run leaves no half-written folder to be taken for a whole one."""
     if (folder / "model.onnx").is_file():
         return folder
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
-    export_gguf(gguf, partial / "model.onnx", external_data=True, requantize="none")  # "none": blocks kept
+    write(partial)
+    shutil.rmtree(folder, ignore_errors=True)
     os.replace(partial, folder)
     return folder
+
+
+def _export(gguf):
+    from ..export.export_gguf_llama import export_gguf
+    folder = gguf.with_name(gguf.stem + ".quantized-export")
+    # requantize "none": blocks kept
+    return _made_once(folder, lambda out: export_gguf(gguf, out / "model.onnx", external_data=True, requantize="none"))
 
 
 def _convert(kvx, export):
@@ -90,21 +98,16 @@ def ort_int4_model(kvx, cache):
     symmetric, round to nearest, accuracy_level 4 (int8 activations: what GenAI's builder writes for CPU).
     Made once, in cache/ort-int4/. Needs onnxruntime and onnx_ir."""
     fixture = Path(cache) / "fixture"
-    folder = Path(cache) / "ort-int4"
-    graph = folder / "model.onnx"
-    if not graph.is_file():
+
+    def write(out):
         import onnx
         from onnxruntime.quantization import matmul_nbits_quantizer as mnq
-        partial = folder.with_name(folder.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
         config = mnq.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, bits=4, accuracy_level=4)
         quantizer = mnq.MatMulNBitsQuantizer(_untied(onnx.load(fixture / "model.onnx")), algo_config=config)
         quantizer.process()
-        onnx.save(quantizer.model.model, partial / "model.onnx", save_as_external_data=True,
-                  location="model.onnx.data")
+        onnx.save(quantizer.model.model, out / "model.onnx", save_as_external_data=True, location="model.onnx.data")
         for name in ("tokenizer.json", "chat_template.jinja"):
-            shutil.copy(fixture / name, partial / name)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(partial, folder)
-    return {"onnx": graph, "kvx": _convert(kvx, folder)}
+            shutil.copy(fixture / name, out / name)
+
+    folder = _made_once(Path(cache) / "ort-int4", write)
+    return {"onnx": folder / "model.onnx", "kvx": _convert(kvx, folder)}
