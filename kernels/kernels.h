@@ -99,6 +99,10 @@ struct KernelTable {
     // sum_j |w_j| * scale_x(j) / 2 per output.
     void (*matmul_q)(float* out, const float* x, const QuantMatrix& w, int n, int k, int m);
 
+    // The layout matmul_q reads fastest; it reads every layout. A backend may copy the matrices that fit it
+    // (kernels/quant_row_groups.h) once, at load time.
+    QuantLayout matmul_q_layout;
+
     // Several matmuls of the same x [n][k] (a layer's q, k and v projections; its gate and up): each part
     // gets the bits matmul / matmul_f16 would give it alone. A backend may run them as one piece of work, so
     // that a decode step pays one thread wake-up for the group instead of one per small GEMV.

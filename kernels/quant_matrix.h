@@ -12,6 +12,14 @@
 //   q4: unsigned nibbles 0..15 in groups of 32 elements (16 bytes); byte t of group g holds element 32g + t
 //       in its low nibble and element 32g + t + 16 in its high nibble, so one mask and one shift unpack a
 //       group into 32 bytes in element order.
+//
+// Layout row_groups (q4, block 32, offset none only; kernels/quant_row_groups.h makes it from rows): eight
+// rows side by side, so that a SIMD register holds the same four bytes of eight rows and a whole block's
+// integer dot product stays in one lane per row, with no horizontal sum. For row group G (rows 8G .. 8G + 7,
+// the last one padded with rows of zero weight) and block i:
+//   q:      [row_groups][n_blocks][4 chunks][8 rows][4 bytes]: byte b < 16 of row 8G + l's q4 block (as above)
+//           at chunk b / 4, offset 4 l + b % 4
+//   scales: [row_groups][n_blocks][8 rows]
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,11 @@ enum class QuantOffset : int32_t {
     mins,         // a float minimum per block, of the scales' type
 };
 
+enum class QuantLayout : int32_t {
+    rows,        // row after row, as stored in the model directory
+    row_groups,  // eight rows interleaved, as above: what the SIMD kernels read fastest
+};
+
 struct QuantMatrix {
     const uint8_t* q = nullptr;      // [rows][row_bytes], as above
     const void* scales = nullptr;    // [rows][n_blocks]: fp32, or fp16 bits when scales_f16
@@ -35,7 +48,18 @@ struct QuantMatrix {
     int32_t padded_cols = 0;         // cols rounded up to a multiple of max(block, 32)
     QuantOffset offset = QuantOffset::none;
     bool scales_f16 = false;
+    QuantLayout layout = QuantLayout::rows;
 };
+
+constexpr int kQuantGroupRows = 8;  // rows in a row group
+
+// Where block i of row r's scale (and zero point or minimum) is in the tables.
+inline int64_t quant_block_index(const QuantMatrix& w, int64_t r, int64_t i) {
+    const int64_t n_blocks = w.padded_cols / w.block;
+    if (w.layout == QuantLayout::row_groups)
+        return ((r / kQuantGroupRows) * n_blocks + i) * kQuantGroupRows + r % kQuantGroupRows;
+    return r * n_blocks + i;
+}
 
 // The padded row length of a [.][cols] matrix in blocks of `block`.
 inline int64_t quant_padded_cols(int64_t cols, int32_t block) {
@@ -45,6 +69,12 @@ inline int64_t quant_padded_cols(int64_t cols, int32_t block) {
 
 // Element j of row r's integers, 0..15 for q4, -128..127 for q8.
 inline int32_t quant_value(const QuantMatrix& w, int64_t r, int64_t j) {
+    if (w.layout == QuantLayout::row_groups) {
+        const int64_t block = (r / kQuantGroupRows) * (w.padded_cols / 32) + j / 32;
+        const int64_t b = j % 16;
+        const uint8_t byte = w.q[block * 128 + b / 4 * 32 + r % kQuantGroupRows * 4 + b % 4];
+        return j % 32 < 16 ? byte & 0x0f : byte >> 4;
+    }
     const int64_t row_bytes = int64_t{w.padded_cols} * w.bits / 8;
     const uint8_t* row = w.q + r * row_bytes;
     if (w.bits == 8) return static_cast<int8_t>(row[j]);
@@ -61,9 +91,8 @@ inline float quant_block_float(const void* table, bool f16, int64_t index) {
 // matmul). Each weight is s * (q - z) or s * q + m computed in fp32, as ONNX Runtime's and llama.cpp's
 // dequantization compute it.
 inline void dequantize_row(const QuantMatrix& w, int64_t r, int64_t cols, float* out) {
-    const int64_t n_blocks = w.padded_cols / w.block;
     for (int64_t j = 0; j < cols; ++j) {
-        const int64_t b = r * n_blocks + j / w.block;
+        const int64_t b = quant_block_index(w, r, j / w.block);
         const float s = quant_block_float(w.scales, w.scales_f16, b);
         const int32_t q = quant_value(w, r, j);
         switch (w.offset) {

@@ -295,6 +295,7 @@ constexpr KernelTable kReferenceKernels{
     .matmul = reference_matmul,
     .matmul_f16 = reference_matmul_f16,
     .matmul_q = reference_matmul_q,
+    .matmul_q_layout = QuantLayout::rows,
     .matmuls = reference_matmuls,
     .rmsnorm = reference_rmsnorm,
     .layernorm = reference_layernorm,

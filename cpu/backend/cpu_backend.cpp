@@ -44,6 +44,19 @@ CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(
     };
     for (const auto& [missing, what] : needs)
         if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
+    if (kernels.matmul_q_layout != QuantLayout::row_groups) return;
+    auto copy = [&](const WeightMatrix& w) {
+        if (w.quantized() && row_groups_fit(w.quant) && !row_groups_.contains(w.quant.q))
+            row_groups_.emplace(w.quant.q, std::make_unique<QuantRowGroups>(w.quant, w.rows));
+    };
+    for (const LayerWeights& layer : model.layers)
+        for (const Linear* linear : layer.linears()) copy(linear->weight);
+    copy(model.classifier);
+}
+
+const QuantMatrix& CpuBackend::quant_matrix(const WeightMatrix& w) const {
+    const auto found = row_groups_.find(w.quant.q);
+    return found == row_groups_.end() ? w.quant : found->second->matrix();
 }
 
 void CpuBackend::allocate_kv(const DecoderPlan& plan) {
@@ -205,7 +218,7 @@ void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float*
         part.m = static_cast<int>(w.rows);
         part.w_f32 = w.dtype == WeightDtype::f32 ? w.f32() : nullptr;
         part.w_f16 = w.dtype == WeightDtype::f16 ? w.f16() : nullptr;
-        part.w_q = w.quantized() ? &w.quant : nullptr;
+        part.w_q = w.quantized() ? &quant_matrix(w) : nullptr;
     }
     kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
     for (const LinearOutput& o : group)

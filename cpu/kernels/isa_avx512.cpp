@@ -34,6 +34,7 @@ constexpr char kTableName[] = "cpu-avx512";
 #include "cpu/kernels/vec_avx512.inc"
 #include "cpu/kernels/vec_f16_store_avx512.inc"
 #include "cpu/kernels/quant_lanes_avx512.inc"
+#include "cpu/kernels/quant_row_lanes_x86.inc"
 #include "cpu/kernels/exp_polynomial.inc"
 #include "cpu/kernels/isa_kernels.inc"
 

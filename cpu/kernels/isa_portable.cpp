@@ -22,6 +22,7 @@ constexpr char kTableName[] = "cpu-portable";
 #include "cpu/kernels/vec_portable.inc"
 #include "cpu/kernels/vec_f16_store_portable.inc"
 #include "cpu/kernels/quant_lanes_portable.inc"
+#include "cpu/kernels/quant_row_lanes_portable.inc"
 #include "cpu/kernels/isa_kernels.inc"
 
 }  // namespace

@@ -7,23 +7,29 @@
 //     fp32 rounding, which a wrong nibble, scale, zero point or block boundary would far exceed;
 //   - the reference kernel (exact fp32 x), within the error bound that rounding x to int8 allows;
 //   - the reference kernel itself against this test's decoding of the layout.
+// Matrices that fit row groups (q4, block 32, zero 8) run again copied into them (kernels/quant_row_groups.h),
+// against the same references; there every level must also give the same bits (quant_row_groups.inc).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "cpu/kernels/test_support.h"
 #include "kernels/f16.h"
 #include "kernels/kernels.h"
+#include "kernels/quant_row_groups.h"
 
 namespace {
 
 using kvx::KernelTable;
 using kvx::MatmulPart;
 using kvx::QuantMatrix;
+using kvx::QuantLayout;
 using kvx::QuantOffset;
+using kvx::QuantRowGroups;
 using kvx::cpu::testing::for_each_level;
 using kvx::cpu::testing::nan_filled;
 using kvx::cpu::testing::random_floats;
@@ -131,9 +137,11 @@ std::vector<double> rounded_x(const std::vector<float>& x, int n, int k) {
     return out;
 }
 
-std::vector<float> run_matmul_q(const KernelTable& kernels, const std::vector<float>& x, const RandomQuant& r, int n) {
+// matmul_q of r's matrix, or of w (r's copied into another layout) when given.
+std::vector<float> run_matmul_q(const KernelTable& kernels, const std::vector<float>& x, const RandomQuant& r, int n,
+                                const QuantMatrix* w = nullptr) {
     std::vector<float> out = nan_filled(static_cast<size_t>(n) * r.m);  // [n][m]
-    kernels.matmul_q(out.data(), x.data(), r.w, n, r.k, r.m);
+    kernels.matmul_q(out.data(), x.data(), w ? *w : r.w, n, r.k, r.m);
     return out;
 }
 
@@ -184,11 +192,19 @@ void check_matmul_q(const KernelTable& kernels, int n, int k, int m, QuantShape 
             rounding_bound[o] = rounding * 1.0001 + fp32_bound[o];
         }
     // The reference: exact fp32 x against the documented weights.
-    check_within(run_matmul_q(kvx::reference_kernels(), x, r, n), exact, fp32_bound);
+    const std::vector<float> reference = run_matmul_q(kvx::reference_kernels(), x, r, n);
+    check_within(reference, exact, fp32_bound);
     // The SIMD level: the rounding it documents, and within what that rounding allows of the exact product.
     const std::vector<float> out = run_matmul_q(kernels, x, r, n);
     check_within(out, of_rounded, fp32_bound);
     check_within(out, exact, rounding_bound);
+    if (!kvx::row_groups_fit(r.w)) return;
+    INFO("in row groups");
+    const QuantRowGroups groups(r.w, m);
+    CHECK(run_matmul_q(kvx::reference_kernels(), x, r, n, &groups.matrix()) == reference);
+    const std::vector<float> grouped = run_matmul_q(kernels, x, r, n, &groups.matrix());
+    check_within(grouped, of_rounded, fp32_bound);
+    check_within(grouped, exact, rounding_bound);
 }
 
 const QuantOffset kOffsets[] = {QuantOffset::none, QuantOffset::zero_points, QuantOffset::mins};
@@ -225,6 +241,43 @@ TEST_CASE("matmul_q at SmolLM2 shapes", "[matmul_q]") {
     });
 }
 
+TEST_CASE("row groups hold every integer and scale where the format says", "[matmul_q][row_groups]") {
+    for (int m : {1, 7, 8, 9, 20})
+        for (int k : {1, 32, 100})
+            for (bool f16 : {false, true}) {
+                const RandomQuant r = random_quant(m, k, {4, 32, QuantOffset::none, f16}, static_cast<uint32_t>(m * 100 + k));
+                const QuantRowGroups groups(r.w, m);
+                const QuantMatrix& g = groups.matrix();
+                REQUIRE(g.layout == QuantLayout::row_groups);
+                std::vector<float> row(static_cast<size_t>(k)), grouped_row(row.size());
+                for (int64_t i = 0; i < m; ++i) {
+                    for (int64_t j = 0; j < r.w.padded_cols; ++j) REQUIRE(kvx::quant_value(g, i, j) == kvx::quant_value(r.w, i, j));
+                    kvx::dequantize_row(r.w, i, k, row.data());
+                    kvx::dequantize_row(g, i, k, grouped_row.data());
+                    REQUIRE(grouped_row == row);
+                }
+            }
+}
+
+// Row groups: one exact integer per block and the same fp32 steps on every level, so the same bits.
+TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q][row_groups]") {
+    for (int n : {1, 3, 9})
+        for (int k : {33, 576})
+            for (bool f16 : {false, true}) {
+                const int m = 29;
+                const RandomQuant r = random_quant(m, k, {4, 32, QuantOffset::none, f16}, static_cast<uint32_t>(n * 7 + k));
+                const QuantRowGroups groups(r.w, m);
+                const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k));
+                std::vector<float> first;
+                for_each_level([&](const KernelTable& kernels) {
+                    const std::vector<float> out = run_matmul_q(kernels, x, r, n, &groups.matrix());
+                    if (first.empty()) first = out;
+                    INFO("n=" << n << " k=" << k << (f16 ? " fp16 scales" : ""));
+                    CHECK(out == first);
+                });
+            }
+}
+
 // The same bits for a row of x alone (the GEMV) and among others (the GEMM), and on 1 and 2 threads.
 TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and the threads", "[matmul_q][rows][threads]") {
     for_each_level([](const KernelTable& kernels) {
@@ -235,21 +288,26 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
                 const int n = 9, m = 131;
                 const RandomQuant r = random_quant(m, k, shape, ++seed);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);
-                std::vector<float> one_thread, two_threads;
-                {
-                    const ThreadCount scope(1);
-                    one_thread = run_matmul_q(kernels, x, r, n);
-                }
-                {
-                    const ThreadCount scope(2);
-                    two_threads = run_matmul_q(kernels, x, r, n);
-                }
-                INFO("k=" << k << " q" << shape.bits << " block " << shape.block);
-                CHECK(one_thread == two_threads);
-                for (int row = 0; row < n; ++row) {
-                    const std::vector<float> alone_x(x.begin() + int64_t{row} * k, x.begin() + int64_t{row + 1} * k);
-                    const std::vector<float> alone = run_matmul_q(kernels, alone_x, r, 1);
-                    CHECK(std::equal(alone.begin(), alone.end(), one_thread.begin() + int64_t{row} * m));
+                const bool fits = kvx::row_groups_fit(r.w);
+                const std::unique_ptr<QuantRowGroups> groups = fits ? std::make_unique<QuantRowGroups>(r.w, m) : nullptr;
+                for (const QuantMatrix* w : {&r.w, fits ? &groups->matrix() : nullptr}) {
+                    if (!w) continue;
+                    std::vector<float> one_thread, two_threads;
+                    {
+                        const ThreadCount scope(1);
+                        one_thread = run_matmul_q(kernels, x, r, n, w);
+                    }
+                    {
+                        const ThreadCount scope(2);
+                        two_threads = run_matmul_q(kernels, x, r, n, w);
+                    }
+                    INFO("k=" << k << " q" << shape.bits << " block " << shape.block << (w != &r.w ? " row groups" : ""));
+                    CHECK(one_thread == two_threads);
+                    for (int row = 0; row < n; ++row) {
+                        const std::vector<float> alone_x(x.begin() + int64_t{row} * k, x.begin() + int64_t{row + 1} * k);
+                        const std::vector<float> alone = run_matmul_q(kernels, alone_x, r, 1, w);
+                        CHECK(std::equal(alone.begin(), alone.end(), one_thread.begin() + int64_t{row} * m));
+                    }
                 }
             }
     });
@@ -265,15 +323,20 @@ TEST_CASE("matmuls gives a quantized part the bits of its own matmul_q", "[matmu
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, 77);
                 const RandomQuant q4 = random_quant(192, k, {4, 32, QuantOffset::none, true}, 78);
                 const RandomQuant q8 = random_quant(13, k, {8, 32, QuantOffset::none, false}, 79);
+                // 61 rows in row groups, after 13: the threads' shares cut its groups.
+                const RandomQuant grouped = random_quant(61, k, {4, 32, QuantOffset::none, false}, 81);
+                const QuantRowGroups groups(grouped.w, grouped.m);
                 const std::vector<float> w32 = random_floats(size_t{64} * k, 80);
                 std::vector<float> out_q4 = nan_filled(size_t(n) * 192), out_q8 = nan_filled(size_t(n) * 13),
-                                   out_f32 = nan_filled(size_t(n) * 64);
-                const MatmulPart parts[3] = {{.out = out_q4.data(), .w_q = &q4.w, .m = 192},
+                                   out_f32 = nan_filled(size_t(n) * 64), out_grouped = nan_filled(size_t(n) * 61);
+                const MatmulPart parts[4] = {{.out = out_q4.data(), .w_q = &q4.w, .m = 192},
                                              {.out = out_f32.data(), .w_f32 = w32.data(), .m = 64},
-                                             {.out = out_q8.data(), .w_q = &q8.w, .m = 13}};
-                kernels.matmuls(parts, 3, x.data(), n, k);
+                                             {.out = out_q8.data(), .w_q = &q8.w, .m = 13},
+                                             {.out = out_grouped.data(), .w_q = &groups.matrix(), .m = 61}};
+                kernels.matmuls(parts, 4, x.data(), n, k);
                 CHECK(out_q4 == run_matmul_q(kernels, x, q4, n));
                 CHECK(out_q8 == run_matmul_q(kernels, x, q8, n));
+                CHECK(out_grouped == run_matmul_q(kernels, x, grouped, n, &groups.matrix()));
                 std::vector<float> alone = nan_filled(size_t(n) * 64);
                 kernels.matmul(alone.data(), x.data(), w32.data(), n, k, 64);
                 CHECK(out_f32 == alone);
