@@ -9,12 +9,12 @@
 //   --ceiling_mib N     MiB streamed to measure the read bandwidth, and copied to measure the device's
 //                       (default max(1024, 8 x L3): far beyond the L3 and the L2)
 //   --ceiling_passes N  passes per ceiling figure (default 11): the CPU read ceiling keeps the best pass of
-//                       the best read loop (stream_read.h), the FMA peak and the device copy their median
+//                       the best read loop (stream_read.h), the FMA and int8 peaks and the device copy their median
 //   --ceiling_quick     a rough ceiling in well under a second (8 MiB, 1 pass, short FMA runs): smoke tests
 //
 // The ceilings are measured once at start-up, before any benchmark, and written into the JSON context
-// (kvx_read_GBps_threads_T and each loop's kvx_read_GBps_LOOP_threads_T, kvx_peak_fma_GFLOPs_LEVEL_threads_T;
-// kvx_cuda_copy_GBps and kvx_cuda_device).
+// (kvx_read_GBps_threads_T and each loop's kvx_read_GBps_LOOP_threads_T, kvx_peak_fma_GFLOPs_LEVEL_threads_T,
+// kvx_peak_int8_GOPs_LEVEL_threads_T; kvx_cuda_copy_GBps and kvx_cuda_device).
 // Without a usable device kvx-bench says so in one line and runs the CPU benchmarks alone.
 #include <benchmark/benchmark.h>
 #include <omp.h>

@@ -11,7 +11,7 @@ if(NOT status EQUAL 0)
 endif()
 file(READ ${OUT} json)
 
-foreach(key kvx_read_GBps_threads_1 kvx_peak_fma_GFLOPs_portable_threads_1 kvx_simd_level)
+foreach(key kvx_read_GBps_threads_1 kvx_peak_fma_GFLOPs_portable_threads_1 kvx_peak_int8_GOPs_portable_threads_1 kvx_simd_level)
   string(JSON value ERROR_VARIABLE error GET "${json}" context ${key})
   if(error)
     message(FATAL_ERROR "the JSON context has no ${key}: ${error}")

@@ -3,11 +3,15 @@
 // symmetric blocks of 32 with fp16 scales. As in bench_matmul.cpp, each call reads the next of a rotation of
 // copies of the matrix that together far exceed the L3 cache, so the GEMV's GB/s is against DRAM, the
 // figure a quantized decode step lives by; bytes per call are the integers plus the scales (and x and out).
+// q4 runs in row groups, the layout the CPU backend copies Q4_0 matrices into (kernels/quant_row_groups.h),
+// and as q4-rows in the model directory's layout, which other q4 blocks and offsets still use.
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "kernels/quant_row_groups.h"
 #include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
@@ -26,8 +30,11 @@ struct QuantData {
     int32_t padded_k = 0;
     std::vector<float> x;          // [n][k]
     std::vector<float> out;        // [n][m]
+    std::vector<std::unique_ptr<QuantRowGroups>> row_groups;  // [copies], when asked for
 
-    QuantMatrix matrix(int bits, size_t copy) const {
+    // Copy `copy` of the matrix, in row groups when made with them.
+    QuantMatrix matrix(int bits, size_t copy) const { return row_groups.empty() ? rows(bits, copy) : row_groups[copy]->matrix(); }
+    QuantMatrix rows(int bits, size_t copy) const {
         QuantMatrix w;
         w.q = q.data() + copy * q_bytes;
         w.scales = scales.data() + copy * scale_count;
@@ -41,7 +48,7 @@ struct QuantData {
     double weight_bytes() const { return static_cast<double>(q_bytes + scale_count * sizeof(uint16_t)); }
 };
 
-QuantData make_data(int bits, int n, int k, int m) {
+QuantData make_data(int bits, int n, int k, int m, bool row_groups) {
     QuantData d;
     d.padded_k = static_cast<int32_t>(quant_padded_cols(k, kBlock));
     d.q_bytes = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k) * static_cast<size_t>(bits) / 8;
@@ -59,17 +66,20 @@ QuantData make_data(int bits, int n, int k, int m) {
     d.x.resize(static_cast<size_t>(n) * static_cast<size_t>(k));
     fill_random(d.x, 6);
     d.out.resize(static_cast<size_t>(n) * static_cast<size_t>(m));
+    if (row_groups)
+        for (size_t copy = 0; copy < d.copies; ++copy) d.row_groups.push_back(std::make_unique<QuantRowGroups>(d.rows(bits, copy), m));
     return d;
 }
 
 // Arguments: threads, n (rows of x), k (in_features), m (out_features).
-template <int kBits>
+template <int kBits, bool kRowGroups>
 void matmul_q(benchmark::State& state) {
     use_threads(state);
     const int n = static_cast<int>(state.range(1));
     const int k = static_cast<int>(state.range(2));
     const int m = static_cast<int>(state.range(3));
-    QuantData& d = reuse_or_make<QuantData>(std::make_tuple(kBits, n, k, m), [&] { return make_data(kBits, n, k, m); });
+    QuantData& d = reuse_or_make<QuantData>(std::make_tuple(kBits, kRowGroups, n, k, m),
+                                            [&] { return make_data(kBits, n, k, m, kRowGroups); });
     const KernelTable& kernels = kernels_under_test();
     size_t copy = 0;
     for (auto _ : state) {
@@ -79,7 +89,7 @@ void matmul_q(benchmark::State& state) {
         copy = copy + 1 == d.copies ? 0 : copy + 1;
     }
     const double bytes = d.weight_bytes() + 4.0 * static_cast<double>(n) * (k + m);
-    report_per_call(state, bytes, 2.0 * n * static_cast<double>(k) * m);
+    report_per_call(state, bytes, 2.0 * n * static_cast<double>(k) * m, Products::int8);
 }
 
 // {k, m}: SmolLM2-135M (dim 576, kv 192, hidden 1536, vocab 49152), then a 1B-class model (dim 2048,
@@ -98,10 +108,12 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
     for (const auto& [k, m] : kShapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
 }
 
-BENCHMARK(matmul_q<8>)->Name("gemv/q8")->Apply(gemv_shapes);
-BENCHMARK(matmul_q<4>)->Name("gemv/q4")->Apply(gemv_shapes);
-BENCHMARK(matmul_q<8>)->Name("gemm/q8")->Apply(gemm_shapes);
-BENCHMARK(matmul_q<4>)->Name("gemm/q4")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<8, false>)->Name("gemv/q8")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<4, true>)->Name("gemv/q4")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<4, false>)->Name("gemv/q4-rows")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<8, false>)->Name("gemm/q8")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<4, true>)->Name("gemm/q4")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<4, false>)->Name("gemm/q4-rows")->Apply(gemm_shapes);
 
 }  // namespace
 }  // namespace kvx::bench

@@ -67,7 +67,7 @@ int use_threads(const benchmark::State& state) {
     return threads;
 }
 
-void report_per_call(benchmark::State& state, double bytes, double flops) {
+void report_per_call(benchmark::State& state, double bytes, double flops, Products products) {
     using benchmark::Counter;
     if (!g_ceiling) throw std::logic_error("kvx-bench: the machine ceiling is measured in main before benchmarks run");
     const int threads = static_cast<int>(state.range(0));
@@ -81,8 +81,11 @@ void report_per_call(benchmark::State& state, double bytes, double flops) {
     if (flops > 0) {
         state.counters["flops"] = flops;
         state.counters["GFLOP/s"] = Counter(flops / 1e9, Counter::kIsIterationInvariantRate);
-        state.counters["frac_of_peak_fma"] = Counter(
-            flops / (g_ceiling->fma_gflops_at(level_under_test(), threads) * 1e9), Counter::kIsIterationInvariantRate);
+        const bool int8 = products == Products::int8;
+        const double peak = int8 ? g_ceiling->int8_gops_at(level_under_test(), threads)
+                                 : g_ceiling->fma_gflops_at(level_under_test(), threads);
+        state.counters[int8 ? "frac_of_peak_int8" : "frac_of_peak_fma"] =
+            Counter(flops / (peak * 1e9), Counter::kIsIterationInvariantRate);
     }
 }
 

@@ -6,6 +6,7 @@
 //   bytes, flops                        what one call moves to and from memory and computes
 //   GB/s, GFLOP/s                       those per second
 //   frac_of_read_bw, frac_of_peak_fma   those rates over the machine's ceilings at the same thread count
+//   (frac_of_peak_int8)                 (for int8 products, instead of frac_of_peak_fma)
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -43,8 +44,12 @@ void sweep(benchmark::internal::Benchmark* b, const std::vector<const char*>& na
 // Sets the OpenMP thread count for the kernels from the "threads" argument (range 0); returns it.
 int use_threads(const benchmark::State& state);
 
+// What a benchmark's flops are: fp32 multiply-adds (held to the peak FMA rate, frac_of_peak_fma) or int8
+// products (the quantized matmuls; held to the peak int8 rate, frac_of_peak_int8).
+enum class Products { fp32, int8 };
+
 // Counters for one call that moves `bytes` and computes `flops` (either may be 0: its counters are left out).
-void report_per_call(benchmark::State& state, double bytes, double flops);
+void report_per_call(benchmark::State& state, double bytes, double flops, Products products = Products::fp32);
 
 // Uniform pseudo-random values in [-1, 1), the same for the same seed, filled on every thread (gigabytes of
 // KV cache fill in a second or two rather than a minute).

@@ -68,6 +68,36 @@ __attribute__((target("avx512f"))) double avx512_chains(int64_t iterations, floa
     *sink = lanes[0];
     return 2.0 * 16 * kChains * static_cast<double>(iterations);
 }
+
+// x = maddubs(x, m): each step's product depends on the previous one, so nothing can be hoisted; the int16
+// results wrap and saturate freely, only their being computed matters.
+__attribute__((target("avx2"))) double avx2_int8_chains(int64_t iterations, float* sink) {
+    constexpr int kChains = 10;
+    __m256i acc[kChains];  // [kChains] independent chains, in registers
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_epi8(static_cast<char>(c + 1));
+    const __m256i m = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < iterations; ++i)
+        for (__m256i& x : acc) x = _mm256_maddubs_epi16(x, m);
+    __m256i sum = _mm256_setzero_si256();
+    for (const __m256i& x : acc) sum = _mm256_add_epi16(sum, x);
+    *sink = static_cast<float>(_mm256_extract_epi16(sum, 0));
+    return 2.0 * 32 * kChains * static_cast<double>(iterations);
+}
+
+__attribute__((target("avx512f,avx512bw"))) double avx512_int8_chains(int64_t iterations, float* sink) {
+    constexpr int kChains = 24;
+    __m512i acc[kChains];  // [kChains] independent chains, in registers
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi8(static_cast<char>(c + 1));
+    const __m512i m = _mm512_set1_epi8(3);
+    for (int64_t i = 0; i < iterations; ++i)
+        for (__m512i& x : acc) x = _mm512_maddubs_epi16(x, m);
+    __m512i sum = _mm512_setzero_si512();
+    for (const __m512i& x : acc) sum = _mm512_add_epi16(sum, x);
+    alignas(64) int16_t lanes[32];
+    _mm512_store_si512(lanes, sum);
+    *sink = static_cast<float>(lanes[0]);
+    return 2.0 * 64 * kChains * static_cast<double>(iterations);
+}
 #endif
 
 double run_chains(cpu::SimdLevel level, int64_t iterations, float* sink) {
@@ -79,9 +109,20 @@ double run_chains(cpu::SimdLevel level, int64_t iterations, float* sink) {
     return portable_chains(iterations, sink);
 }
 
-}  // namespace
+double run_int8_chains(cpu::SimdLevel level, int64_t iterations, float* sink) {
+#ifdef KVX_FMA_X86
+    if (level == cpu::SimdLevel::avx512) return avx512_int8_chains(iterations, sink);
+    if (level == cpu::SimdLevel::avx2) return avx2_int8_chains(iterations, sink);
+#endif
+    (void)level;
+    (void)iterations;
+    *sink = 0;
+    return 0;
+}
 
-double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes, int64_t iterations) {
+// The median over `passes` of the chains' rate in G per second on `threads` threads.
+template <class Chains>
+double measure_chains(cpu::SimdLevel level, int threads, int passes, int64_t iterations, Chains chains) {
     cpu::cpu_kernels(level);  // throws, naming the level, if this machine cannot run it
     std::vector<double> gflops;
     std::vector<float> observed;  // every thread's chain results, kept so the compiler must compute them
@@ -90,7 +131,7 @@ double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes, in
         double flops = 0;
         observed.assign(static_cast<size_t>(threads), 0.0f);
 #pragma omp parallel num_threads(threads) reduction(+ : flops)
-        flops += run_chains(level, iterations, &observed[static_cast<size_t>(omp_get_thread_num())]);
+        flops += chains(level, iterations, &observed[static_cast<size_t>(omp_get_thread_num())]);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (pass >= 0) gflops.push_back(flops / seconds / 1e9);
         // Using the results keeps the chains from being optimised away; converging, they must be finite.
@@ -99,6 +140,16 @@ double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes, in
     }
     std::sort(gflops.begin(), gflops.end());
     return gflops[gflops.size() / 2];
+}
+
+}  // namespace
+
+double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes, int64_t iterations) {
+    return measure_chains(level, threads, passes, iterations, run_chains);
+}
+
+double measure_peak_int8_gops(cpu::SimdLevel level, int threads, int passes, int64_t iterations) {
+    return measure_chains(level, threads, passes, iterations, run_int8_chains);
 }
 
 }  // namespace kvx::bench

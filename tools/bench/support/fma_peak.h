@@ -17,4 +17,10 @@ constexpr int64_t kFmaPeakIterations = int64_t{1} << 23;
 double measure_peak_fma_gflops(cpu::SimdLevel level, int threads, int passes,
                                int64_t iterations = kFmaPeakIterations);
 
+// The same for int8 products, the ceiling of the quantized GEMMs: GOP/s (a multiply-add counts 2) of
+// independent vpmaddubsw chains (32 byte products a ymm, 64 a zmm, each adding its pair into int16) at
+// `level`'s width, the instruction every SIMD level's quantized matmul spends its products in. The portable
+// level has none and measures 0: a kernel is held to the best level's figure.
+double measure_peak_int8_gops(cpu::SimdLevel level, int threads, int passes, int64_t iterations = kFmaPeakIterations);
+
 }  // namespace kvx::bench

@@ -22,6 +22,15 @@ std::string figure(double value) {
     return text;
 }
 
+double best_of_levels(const std::map<cpu::SimdLevel, std::vector<double>>& rates, cpu::SimdLevel level, int threads,
+                      const char* what) {
+    if (rates.find(level) == rates.end())
+        throw std::out_of_range(std::string(what) + " was not measured for " + cpu::simd_level_name(level));
+    double best = 0;
+    for (const auto& [measured, by_threads] : rates) best = std::max(best, at_threads(by_threads, threads, what));
+    return best;
+}
+
 }  // namespace
 
 double MachineCeiling::read_gbps_at(int threads) const {
@@ -34,11 +43,11 @@ double MachineCeiling::read_gbps_at(int threads) const {
 // achieves. On Zen 4 the AVX-512 chains ran 70 GFLOP/s a core where AVX2's ran 117, and AVX-512 int8 GEMMs
 // measured against the former came out above 100%.
 double MachineCeiling::fma_gflops_at(cpu::SimdLevel level, int threads) const {
-    if (fma_gflops.find(level) == fma_gflops.end())
-        throw std::out_of_range(std::string("peak FMA was not measured for ") + cpu::simd_level_name(level));
-    double best = 0;
-    for (const auto& [measured, by_threads] : fma_gflops) best = std::max(best, at_threads(by_threads, threads, "peak FMA"));
-    return best;
+    return best_of_levels(fma_gflops, level, threads, "peak FMA");
+}
+
+double MachineCeiling::int8_gops_at(cpu::SimdLevel level, int threads) const {
+    return best_of_levels(int8_gops, level, threads, "peak int8");
 }
 
 std::vector<std::pair<std::string, std::string>> MachineCeiling::context_entries() const {
@@ -55,6 +64,11 @@ std::vector<std::pair<std::string, std::string>> MachineCeiling::context_entries
             entries.emplace_back(std::string("kvx_peak_fma_GFLOPs_") + cpu::simd_level_name(level) + "_threads_" +
                                      std::to_string(t + 1),
                                  figure(by_threads[t]));
+    for (const auto& [level, by_threads] : int8_gops)
+        for (size_t t = 0; t < by_threads.size(); ++t)
+            entries.emplace_back(std::string("kvx_peak_int8_GOPs_") + cpu::simd_level_name(level) + "_threads_" +
+                                     std::to_string(t + 1),
+                                 figure(by_threads[t]));
     return entries;
 }
 
@@ -68,6 +82,9 @@ MachineCeiling measure_machine_ceiling(const CeilingOptions& options, int max_th
     for (cpu::SimdLevel level : cpu::supported_simd_levels())
         for (int threads = 1; threads <= max_threads; ++threads)
             ceiling.fma_gflops[level].push_back(measure_peak_fma_gflops(level, threads, options.passes, options.fma_iterations));
+    for (cpu::SimdLevel level : cpu::supported_simd_levels())
+        for (int threads = 1; threads <= max_threads; ++threads)
+            ceiling.int8_gops[level].push_back(measure_peak_int8_gops(level, threads, options.passes, options.fma_iterations));
     return ceiling;
 }
 

@@ -57,11 +57,11 @@ def fmt(value, spec):
 
 
 def print_all(runs):
-    print(f"{'benchmark':<78} {'time us':>10} {'GB/s':>8} {'of bw':>6} {'GFLOP/s':>8} {'of fma':>6}")
+    print(f"{'benchmark':<78} {'time us':>10} {'GB/s':>8} {'of bw':>6} {'GFLOP/s':>8} {'of peak':>7}")
     for run in runs:
         print(f"{run['run_name']:<78} {micros(run):>10.2f} {fmt(run.get('GB/s'), '8.2f'):>8} "
               f"{fmt(run.get('frac_of_read_bw'), '6.2f'):>6} {fmt(run.get('GFLOP/s'), '8.2f'):>8} "
-              f"{fmt(run.get('frac_of_peak_fma'), '6.3f'):>6}")
+              f"{fmt(run.get('frac_of_peak_fma', run.get('frac_of_peak_int8')), '7.3f'):>7}")
 
 
 def attention_table(runs):
