@@ -13,7 +13,7 @@ import numpy as np
 from gguf.quants import dequantize, quantize
 from safetensors.numpy import save_file
 
-from kvx_tools.bench import speed_of_light
+from kvx_tools.bench import kernel_summary, speed_of_light
 
 
 def write_q8_gguf(path, matrix, norm):
@@ -88,6 +88,21 @@ def write_model_dir(directory, tied, dtype=np.float32):
     config = {"n_layers": 2, "n_kv_heads": 1, "head_dim": 4, "tied_embeddings": tied,
               "weights": {"file": "model.safetensors"}}
     (Path(directory) / "config.json").write_text(json.dumps(config))
+
+
+class KernelSummaryTest(unittest.TestCase):
+    @staticmethod
+    def run_of(name, gbps):
+        return {"run_name": name, "GB/s": gbps, "real_time": 1.0, "time_unit": "us"}
+
+    def test_a_gemv_above_the_read_loops_raises_the_ceiling_and_nothing_else_does(self):
+        context = {"kvx_read_GBps_threads_1": "30.0", "kvx_read_GBps_threads_2": "37.0"}
+        runs = [self.run_of("gemv/f32/threads:1/k:576/m:49152/real_time", 25.0),
+                self.run_of("gemv/f32/threads:2/k:576/m:49152/real_time", 55.5),
+                self.run_of("gemv/q4/threads:2/n:1/k:576/m:1536/real_time", 50.0),
+                self.run_of("add/threads:1/rows:1/width:576/real_time", 200.0)]  # from L1: not a DRAM read
+        ceilings = kernel_summary.read_ceilings(context, runs)
+        self.assertEqual(ceilings, {1: 30.0, 2: 55.5})
 
 
 class SpeedOfLightTest(unittest.TestCase):
