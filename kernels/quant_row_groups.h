@@ -32,19 +32,20 @@ public:
         // Padding rows: integers 8 (weight 0 around the zero of 8) and scale 0, so that they add nothing.
         q_.assign(static_cast<size_t>(groups * n_blocks * 128), 0x88);
         scales_.assign(static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes, 0);
-        const auto* scales = static_cast<const uint8_t*>(w.scales);
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t i = 0; i < n_blocks; ++i) {
-                const uint8_t* src = w.q + (r * n_blocks + i) * 16;  // row r's block i: 16 bytes
-                uint8_t* dst = q_.data() + ((r / kQuantGroupRows) * n_blocks + i) * 128 + r % kQuantGroupRows * 4;
-                for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(dst + chunk * 32, src + chunk * 4, 4);
-                const size_t to = static_cast<size_t>(((r / kQuantGroupRows) * n_blocks + i) * kQuantGroupRows +
-                                                      r % kQuantGroupRows);
-                std::memcpy(scales_.data() + to * scale_bytes, scales + (r * n_blocks + i) * scale_bytes, scale_bytes);
-            }
         matrix_.q = q_.data();
         matrix_.scales = scales_.data();
         matrix_.layout = QuantLayout::row_groups;
+        const auto* scales = static_cast<const uint8_t*>(w.scales);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < n_blocks; ++i) {
+                // Row r's block i: 16 bytes at the same table position as its scale, in either layout.
+                const int64_t from = quant_block_index(w, r, i), to = quant_block_index(matrix_, r, i);
+                const uint8_t* src = w.q + from * 16;
+                uint8_t* dst = q_.data() + to / kQuantGroupRows * 128 + r % kQuantGroupRows * 4;
+                for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(dst + chunk * 32, src + chunk * 4, 4);
+                std::memcpy(scales_.data() + static_cast<size_t>(to) * scale_bytes,
+                            scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
+            }
     }
     QuantRowGroups(const QuantRowGroups&) = delete;
     QuantRowGroups& operator=(const QuantRowGroups&) = delete;

@@ -1,8 +1,9 @@
 // The CPU backend: the decoder forward pass on host memory, computed by any KernelTable (the SIMD kernels
 // of cpu/kernels/ for speed, the reference kernels as the oracle). Weights are used in place from the
 // memory-mapped model, in their stored dtype (f32, f16 or quantized), except the quantized matrices the
-// kernels read faster in another layout (KernelTable::matmul_q_layout): those are copied into it once. Which norm, positions and MLP a layer uses comes
-// from the family's traits, and every size from the Engine's DecoderPlan.
+// kernels read faster in another layout (KernelTable::matmul_q_layout): those are copied into it once.
+// Which norm, positions and MLP a layer uses comes from the family's traits, and every size from the
+// Engine's DecoderPlan.
 #pragma once
 
 #include <cstddef>
