@@ -22,6 +22,9 @@ std::string figure(double value) {
     return text;
 }
 
+// The rate a kernel of `level` is held to: the best of every level's chains at `threads`, not the level's own,
+// since a ceiling is never below what some loop on the machine achieves. On Zen 4 the AVX-512 FMA chains ran
+// 70 GFLOP/s a core where AVX2's ran 117, and AVX-512 int8 GEMMs held to the former came out above 100%.
 double best_of_levels(const std::map<cpu::SimdLevel, std::vector<double>>& rates, cpu::SimdLevel level, int threads,
                       const char* what) {
     if (rates.find(level) == rates.end())
@@ -39,9 +42,6 @@ double MachineCeiling::read_gbps_at(int threads) const {
     return read[static_cast<size_t>(threads - 1)].best_gbps;
 }
 
-// The best of every level's chains, not the level's own: a ceiling is never below what some loop on the machine
-// achieves. On Zen 4 the AVX-512 chains ran 70 GFLOP/s a core where AVX2's ran 117, and AVX-512 int8 GEMMs
-// measured against the former came out above 100%.
 double MachineCeiling::fma_gflops_at(cpu::SimdLevel level, int threads) const {
     return best_of_levels(fma_gflops, level, threads, "peak FMA");
 }
