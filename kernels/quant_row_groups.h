@@ -8,6 +8,7 @@
 // (measured on Zen 4, one thread, 576 x 1536 from DRAM: 11.7 GB/s in rows, 23 GB/s in row groups).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -21,40 +22,57 @@ inline bool row_groups_fit(const QuantMatrix& w) {
     return w.layout == QuantLayout::rows && w.bits == 4 && w.block == 32 && w.offset == QuantOffset::none;
 }
 
-// The copy and the QuantMatrix that points into it.
+// The bytes of w's copy in row groups: the integers [row_groups][n_blocks][128], then the scales
+// [row_groups][n_blocks][8], fp32 or fp16 as w's.
+inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
+    const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
+    const int64_t n_blocks = w.padded_cols / 32;
+    return static_cast<size_t>(groups * n_blocks) * (128 + kQuantGroupRows * (w.scales_f16 ? 2 : 4));
+}
+
+// Copies w [rows][.] (which must fit, row_groups_fit) into dst, row_groups_bytes(w, rows) bytes at any
+// 4-byte aligned address, and returns the QuantMatrix that reads the copy.
+inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
+    const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
+    const int64_t n_blocks = w.padded_cols / 32;
+    const size_t scale_bytes = w.scales_f16 ? 2 : 4;
+    uint8_t* q = dst;                                                 // [groups][n_blocks][128]
+    uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks) * 128;  // [groups][n_blocks][8]
+    // Padding rows: integers 8 (weight 0 around the zero of 8) and scale 0, so that they add nothing.
+    std::memset(q, 0x88, static_cast<size_t>(groups * n_blocks) * 128);
+    std::memset(scales, 0, static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes);
+    QuantMatrix copy = w;
+    copy.q = q;
+    copy.scales = scales;
+    copy.layout = QuantLayout::row_groups;
+    const auto* from_scales = static_cast<const uint8_t*>(w.scales);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < n_blocks; ++i) {
+            // Row r's block i: 16 bytes at the same table position as its scale, in either layout.
+            const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
+            const uint8_t* src = w.q + from * 16;
+            uint8_t* to_q = q + to / kQuantGroupRows * 128 + r % kQuantGroupRows * 4;
+            for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
+            std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
+                        from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
+        }
+    return copy;
+}
+
+// A copy that owns its bytes, for code that copies one matrix at a time (tests, benchmarks); a backend
+// places its copies side by side with copy_to_row_groups.
 class QuantRowGroups {
 public:
     // w [rows][.] must fit (row_groups_fit).
-    QuantRowGroups(const QuantMatrix& w, int64_t rows) : matrix_(w) {
-        const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
-        const int64_t n_blocks = w.padded_cols / 32;
-        const size_t scale_bytes = w.scales_f16 ? 2 : 4;
-        // Padding rows: integers 8 (weight 0 around the zero of 8) and scale 0, so that they add nothing.
-        q_.assign(static_cast<size_t>(groups * n_blocks * 128), 0x88);
-        scales_.assign(static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes, 0);
-        matrix_.q = q_.data();
-        matrix_.scales = scales_.data();
-        matrix_.layout = QuantLayout::row_groups;
-        const auto* scales = static_cast<const uint8_t*>(w.scales);
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t i = 0; i < n_blocks; ++i) {
-                // Row r's block i: 16 bytes at the same table position as its scale, in either layout.
-                const int64_t from = quant_block_index(w, r, i), to = quant_block_index(matrix_, r, i);
-                const uint8_t* src = w.q + from * 16;
-                uint8_t* dst = q_.data() + to / kQuantGroupRows * 128 + r % kQuantGroupRows * 4;
-                for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(dst + chunk * 32, src + chunk * 4, 4);
-                std::memcpy(scales_.data() + static_cast<size_t>(to) * scale_bytes,
-                            scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
-            }
-    }
+    QuantRowGroups(const QuantMatrix& w, int64_t rows)
+        : bytes_((row_groups_bytes(w, rows) + 3) / 4), matrix_(copy_to_row_groups(w, rows, reinterpret_cast<uint8_t*>(bytes_.data()))) {}
     QuantRowGroups(const QuantRowGroups&) = delete;
     QuantRowGroups& operator=(const QuantRowGroups&) = delete;
 
     const QuantMatrix& matrix() const { return matrix_; }
 
 private:
-    std::vector<uint8_t> q_;       // [row_groups][n_blocks][128]
-    std::vector<uint8_t> scales_;  // [row_groups][n_blocks][8] fp32 or fp16, as w's; uint8_t so one member serves both
+    std::vector<uint32_t> bytes_;  // the copy (row_groups_bytes), in words so the scales stay aligned
     QuantMatrix matrix_;
 };
 

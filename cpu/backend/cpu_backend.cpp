@@ -26,9 +26,8 @@ size_t available_memory_bytes() {
     return static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGE_SIZE));
 }
 
-}  // namespace
-
-CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(model), kernels_(kernels) {
+// kernels, once checked to have every kernel the model needs: throws kvx::Error naming the first it lacks.
+const KernelTable& checked_kernels(const Model& model, const KernelTable& kernels) {
     const ArchitectureTraits& t = model.config.traits;
     const bool f16 = model.config.weights_dtype == WeightDtype::f16;
     const std::pair<bool, const char*> needs[] = {
@@ -44,20 +43,13 @@ CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels) : model_(
     };
     for (const auto& [missing, what] : needs)
         if (missing) throw Error(std::string("the kernel table '") + kernels.name + "' has no " + what + " kernel");
-    if (kernels.matmul_q_layout != QuantLayout::row_groups) return;
-    auto copy = [&](const WeightMatrix& w) {
-        if (w.quantized() && row_groups_fit(w.quant) && !row_groups_.contains(w.quant.q))
-            row_groups_.emplace(w.quant.q, std::make_unique<QuantRowGroups>(w.quant, w.rows));
-    };
-    for (const LayerWeights& layer : model.layers)
-        for (const Linear* linear : layer.linears()) copy(linear->weight);
-    copy(model.classifier);
+    return kernels;
 }
 
-const QuantMatrix& CpuBackend::quant_matrix(const WeightMatrix& w) const {
-    const auto found = row_groups_.find(w.quant.q);
-    return found == row_groups_.end() ? w.quant : found->second->matrix();
-}
+}  // namespace
+
+CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels)
+    : model_(model), kernels_(checked_kernels(model, kernels)), weights_(model, kernels.matmul_q_layout) {}
 
 void CpuBackend::allocate_kv(const DecoderPlan& plan) {
     const KvLayout& kv = plan.kv();
@@ -216,9 +208,9 @@ void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float*
         MatmulPart& part = parts[count++];
         part.out = o.out;
         part.m = static_cast<int>(w.rows);
-        part.w_f32 = w.dtype == WeightDtype::f32 ? w.f32() : nullptr;
-        part.w_f16 = w.dtype == WeightDtype::f16 ? w.f16() : nullptr;
-        part.w_q = w.quantized() ? &quant_matrix(w) : nullptr;
+        part.w_f32 = w.dtype == WeightDtype::f32 ? static_cast<const float*>(weights_.data(w)) : nullptr;
+        part.w_f16 = w.dtype == WeightDtype::f16 ? static_cast<const uint16_t*>(weights_.data(w)) : nullptr;
+        part.w_q = w.quantized() ? &weights_.quant(w) : nullptr;
     }
     kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
     for (const LinearOutput& o : group)

@@ -1,7 +1,7 @@
 // The CPU backend: the decoder forward pass on host memory, computed by any KernelTable (the SIMD kernels
-// of cpu/kernels/ for speed, the reference kernels as the oracle). Weights are used in place from the
-// memory-mapped model, in their stored dtype (f32, f16 or quantized), except the quantized matrices the
-// kernels read faster in another layout (KernelTable::matmul_q_layout): those are copied into it once.
+// of cpu/kernels/ for speed, the reference kernels as the oracle). The matrices every step streams are read
+// from copies in huge pages (weight_copies.h), in their stored dtype (f32, f16 or quantized) or, for the
+// quantized matrices the kernels read faster in another layout (KernelTable::matmul_q_layout), in that one.
 // Which norm, positions and MLP a layer uses comes from the family's traits, and every size from the
 // Engine's DecoderPlan.
 #pragma once
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "cpu/backend/weight_copies.h"
 #include "engine/runtime/backend.h"
 #include "kernels/kernels.h"
-#include "kernels/quant_row_groups.h"
 
 namespace kvx::cpu {
 
@@ -47,13 +47,9 @@ private:
     void attention_block(int layer, const ForwardBatch& batch, float* out);
     void mlp_block(int layer, int32_t n_rows, float* out);
 
-    const QuantMatrix& quant_matrix(const WeightMatrix& w) const;
-
     const Model& model_;
     const KernelTable& kernels_;
-    // The copies in the kernels' layout, by the model's integers they were made from (a tied classifier's are
-    // the embedding's, which embed() still reads in place).
-    std::unordered_map<const uint8_t*, std::unique_ptr<QuantRowGroups>> row_groups_;
+    WeightCopies weights_;  // what linear() reads
     std::optional<DecoderPlan> plan_;  // set by allocate_kv
     // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim] of the plan's KV dtype, as bytes so
     // one member serves both types; operator new's 16-byte alignment suits either.

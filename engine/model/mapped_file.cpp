@@ -1,8 +1,11 @@
 #include "engine/model/mapped_file.h"
 
-#include <cerrno>
-#include <cstring>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
 
 #include "engine/model/regular_file.h"
 #include "kernels/error.h"
@@ -17,6 +20,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
         if (p == MAP_FAILED) throw Error("cannot map '" + path + "': " + std::strerror(errno));
         data_ = static_cast<const uint8_t*>(p);
     }
+}
+
+void MappedFile::release_pages(const void* p, size_t bytes) const {
+    const auto* begin = static_cast<const uint8_t*>(p);
+    if (!data_ || begin < data_ || bytes > size_ || begin - data_ > static_cast<ptrdiff_t>(size_ - bytes)) return;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+    if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);  // advice: may be ignored
 }
 
 MappedFile::~MappedFile() {

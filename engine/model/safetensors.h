@@ -34,6 +34,8 @@ public:
     const TensorView& tensor(const std::string& name, const char* dtype, const std::vector<int64_t>& expected_shape) const;
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
     const std::string& path() const { return file_->path(); }
+    // MappedFile::release_pages of the file's mapping: for a backend that copied a tensor.
+    void release_pages(const void* p, size_t bytes) const { file_->release_pages(p, bytes); }
 
 private:
     std::unique_ptr<MappedFile> file_;

@@ -1,11 +1,13 @@
 // Decode GEMV benchmarks (matmul and matmul_f16 with one row of x) at the matrix shapes of SmolLM2-135M
 // and of a 1B-class model, weights from DRAM as in a decode step: each call reads the next of a rotation
-// of copies of the matrix that together far exceed the L3 cache.
+// of copies of the matrix that together far exceed the L3 cache, in huge pages as the engine's weights are.
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "cpu/backend/huge_page_buffer.h"
 #include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
@@ -16,8 +18,10 @@ constexpr size_t kRotationBytes = size_t{256} << 20;
 
 template <class W>
 struct GemvData {
-    std::vector<W> weights;     // [copies][m][k], fp32 or fp16 bits
+    cpu::HugePageBuffer weights;  // [copies][m][k] of W, fp32 or fp16 bits
     size_t copies = 0;
+
+    const W* matrix(size_t copy, size_t elems) const { return reinterpret_cast<const W*>(weights.data()) + copy * elems; }
     std::vector<float> x;       // [k]
     std::vector<float> out;     // [m]
 };
@@ -27,12 +31,14 @@ GemvData<W> make_data(int k, int m) {
     GemvData<W> d;
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
     d.copies = std::max<size_t>(1, kRotationBytes / (matrix * sizeof(W)));
-    d.weights.resize(d.copies * matrix);
+    std::vector<W> weights(d.copies * matrix);
     if constexpr (std::is_same_v<W, float>) {
-        fill_random(d.weights, 5);
+        fill_random(weights, 5);
     } else {
-        fill_random_f16(d.weights, 5);
+        fill_random_f16(weights, 5);
     }
+    d.weights = cpu::HugePageBuffer(weights.size() * sizeof(W));
+    std::memcpy(d.weights.data(), weights.data(), weights.size() * sizeof(W));
     d.x.resize(static_cast<size_t>(k));
     fill_random(d.x, 6);
     d.out.resize(static_cast<size_t>(m));
@@ -50,7 +56,7 @@ void gemv(benchmark::State& state) {
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
     size_t copy = 0;
     for (auto _ : state) {
-        const W* w = d.weights.data() + copy * matrix;
+        const W* w = d.matrix(copy, matrix);
         if constexpr (std::is_same_v<W, float>) {
             kernels.matmul(d.out.data(), d.x.data(), w, 1, k, m);
         } else {

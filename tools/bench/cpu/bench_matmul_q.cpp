@@ -4,13 +4,15 @@
 // copies of the matrix that together far exceed the L3 cache, so the GEMV's GB/s is against DRAM, the
 // figure a quantized decode step lives by; bytes per call are the integers plus the scales (and x and out).
 // q4 runs in row groups, the layout the CPU backend copies Q4_0 matrices into (kernels/quant_row_groups.h),
-// and as q4-rows in the model directory's layout, which other q4 blocks and offsets still use.
+// and as q4-rows in the model directory's layout, which other q4 blocks and offsets still use. Every table is
+// in huge pages, as the engine's copies are (cpu/backend/weight_copies.h).
 #include <algorithm>
-#include <memory>
+#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "cpu/backend/huge_page_buffer.h"
 #include "kernels/quant_row_groups.h"
 #include "tools/bench/support/bench_support.h"
 
@@ -22,22 +24,23 @@ constexpr size_t kRotationBytes = size_t{256} << 20;
 constexpr int32_t kBlock = 32;  // Q8_0's and Q4_0's block
 
 struct QuantData {
-    std::vector<uint8_t> q;        // [copies][m][padded_k * bits / 8], random integers
-    std::vector<uint16_t> scales;  // [copies][m][padded_k / 32], fp16 bits
+    cpu::HugePageBuffer tables;    // the copies' integers [copies][m][padded_k * bits / 8] (random), then their
+                                   // scales [copies][m][padded_k / 32] (fp16 bits)
     size_t copies = 0;
     size_t q_bytes = 0;            // of one copy
     size_t scale_count = 0;        // of one copy
     int32_t padded_k = 0;
     std::vector<float> x;          // [n][k]
     std::vector<float> out;        // [n][m]
-    std::vector<std::unique_ptr<QuantRowGroups>> row_groups;  // [copies], when asked for
+    cpu::HugePageBuffer grouped;       // the copies in row groups, side by side, when asked for
+    std::vector<QuantMatrix> row_groups;  // [copies], reading `grouped`
 
     // Copy `copy` of the matrix, in row groups when made with them.
-    QuantMatrix matrix(int bits, size_t copy) const { return row_groups.empty() ? rows(bits, copy) : row_groups[copy]->matrix(); }
+    QuantMatrix matrix(int bits, size_t copy) const { return row_groups.empty() ? rows(bits, copy) : row_groups[copy]; }
     QuantMatrix rows(int bits, size_t copy) const {
         QuantMatrix w;
-        w.q = q.data() + copy * q_bytes;
-        w.scales = scales.data() + copy * scale_count;
+        w.q = tables.data() + copy * q_bytes;
+        w.scales = reinterpret_cast<const uint16_t*>(tables.data() + copies * q_bytes) + copy * scale_count;
         w.bits = bits;
         w.block = kBlock;
         w.padded_cols = padded_k;
@@ -54,20 +57,26 @@ QuantData make_data(int bits, int n, int k, int m, bool row_groups) {
     d.q_bytes = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k) * static_cast<size_t>(bits) / 8;
     d.scale_count = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k / kBlock);
     d.copies = std::max<size_t>(1, kRotationBytes / static_cast<size_t>(d.weight_bytes()));
-    d.q.resize(d.copies * d.q_bytes);
+    const size_t q_total = d.copies * d.q_bytes;  // even: q8 rows and q4 rows of 16-byte groups
+    d.tables = cpu::HugePageBuffer(q_total + d.copies * d.scale_count * sizeof(uint16_t));
     // Any byte is a valid q8 value or pair of q4 nibbles; the kernels' speed does not depend on which.
     std::mt19937_64 random(7);
-    for (size_t i = 0; i < d.q.size(); i += 8) {
+    for (size_t i = 0; i < q_total; i += 8) {
         const uint64_t bytes = random();
-        for (size_t b = 0; b < 8 && i + b < d.q.size(); ++b) d.q[i + b] = static_cast<uint8_t>(bytes >> (8 * b));
+        for (size_t b = 0; b < 8 && i + b < q_total; ++b) d.tables.data()[i + b] = static_cast<uint8_t>(bytes >> (8 * b));
     }
-    d.scales.resize(d.copies * d.scale_count);
-    fill_random_f16(d.scales, 5);
+    std::vector<uint16_t> scales(d.copies * d.scale_count);
+    fill_random_f16(scales, 5);
+    std::memcpy(d.tables.data() + q_total, scales.data(), scales.size() * sizeof(uint16_t));
     d.x.resize(static_cast<size_t>(n) * static_cast<size_t>(k));
     fill_random(d.x, 6);
     d.out.resize(static_cast<size_t>(n) * static_cast<size_t>(m));
-    if (row_groups)
-        for (size_t copy = 0; copy < d.copies; ++copy) d.row_groups.push_back(std::make_unique<QuantRowGroups>(d.rows(bits, copy), m));
+    if (row_groups) {
+        const size_t bytes = row_groups_bytes(d.rows(bits, 0), m);  // 144 per group and block: copies stay aligned
+        d.grouped = cpu::HugePageBuffer(d.copies * bytes);
+        for (size_t copy = 0; copy < d.copies; ++copy)
+            d.row_groups.push_back(copy_to_row_groups(d.rows(bits, copy), m, d.grouped.data() + copy * bytes));
+    }
     return d;
 }
 

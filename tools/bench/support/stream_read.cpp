@@ -1,12 +1,9 @@
 #include "tools/bench/support/stream_read.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <new>
 
 #include <unistd.h>
 
@@ -20,7 +17,6 @@ namespace {
 
 // Work is split and summed in chunks of 16 KB: 64 AVX2 iterations of 256 bytes each.
 constexpr size_t kStreamChunkFloats = 4096;
-constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // Sum of p[0 .. kStreamChunkFloats) in 32 independent partial sums, for machines without AVX2.
 double sum_chunk_portable(const float* p) {
@@ -103,16 +99,11 @@ double sum_chunks(ReadLoop loop, const float* p, size_t chunks) {
 
 }  // namespace
 
-StreamBuffer::StreamBuffer(size_t bytes) {
-    floats_ = std::max<size_t>(1, bytes / sizeof(float) / kStreamChunkFloats) * kStreamChunkFloats;
-    const size_t allocated = (floats_ * sizeof(float) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    data_ = static_cast<float*>(std::aligned_alloc(kHugePageBytes, allocated));
-    if (data_ == nullptr) throw std::bad_alloc();
-    madvise(data_, allocated, MADV_HUGEPAGE);  // advice only: without huge pages the read is merely slower
-    std::fill(data_, data_ + floats_, 1.0f);
+StreamBuffer::StreamBuffer(size_t bytes)
+    : floats_(std::max<size_t>(1, bytes / sizeof(float) / kStreamChunkFloats) * kStreamChunkFloats),
+      memory_(floats_ * sizeof(float)) {
+    std::fill(data(), data() + floats_, 1.0f);
 }
-
-StreamBuffer::~StreamBuffer() { std::free(data_); }
 
 const char* read_loop_name(ReadLoop loop) {
     switch (loop) {

@@ -7,24 +7,23 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/backend/huge_page_buffer.h"
+
 namespace kvx::bench {
 
-// A page-aligned buffer of floats, backed by transparent huge pages where the kernel grants them (fewer
-// TLB misses, so the read measures DRAM rather than page walks), and touched once so every page is mapped.
+// A buffer of floats in huge pages, as the engine's weights are (fewer TLB misses, so the read measures DRAM
+// rather than page walks), and touched once so every page is mapped.
 class StreamBuffer {
 public:
     explicit StreamBuffer(size_t bytes);
-    ~StreamBuffer();
-    StreamBuffer(const StreamBuffer&) = delete;
-    StreamBuffer& operator=(const StreamBuffer&) = delete;
 
-    const float* data() const { return data_; }
+    float* data() const { return reinterpret_cast<float*>(memory_.data()); }  // [floats()], all 1.0f
     size_t floats() const { return floats_; }
     size_t bytes() const { return floats_ * sizeof(float); }
 
 private:
-    float* data_;   // [floats_], all 1.0f
     size_t floats_;  // a multiple of kStreamChunkFloats (stream_read.cpp)
+    cpu::HugePageBuffer memory_;
 };
 
 struct ReadBandwidth {

@@ -1,0 +1,111 @@
+#include "cpu/backend/weight_copies.h"
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/quant_row_groups.h"
+
+namespace kvx::cpu {
+namespace {
+
+// Each copy starts on a cache line, as the mapping's tensors need not.
+constexpr size_t kCopyAlign = 64;
+
+size_t aligned(size_t bytes) { return (bytes + kCopyAlign - 1) / kCopyAlign * kCopyAlign; }
+
+size_t float_bytes(const WeightMatrix& w) {
+    return static_cast<size_t>(w.rows * w.cols) * (w.dtype == WeightDtype::f16 ? 2 : 4);
+}
+
+// The sizes of a quantized matrix's tables in the rows layout (kernels/quant_matrix.h).
+struct QuantTableBytes {
+    size_t q = 0, scales = 0, offsets = 0;
+};
+
+QuantTableBytes rows_table_bytes(const WeightMatrix& w) {
+    const QuantMatrix& m = w.quant;
+    const auto rows = static_cast<size_t>(w.rows);
+    const auto n_blocks = static_cast<size_t>(m.padded_cols / m.block);
+    const size_t scale_bytes = m.scales_f16 ? 2 : 4;
+    const size_t offset_bytes = m.offset == QuantOffset::none ? 0 : m.offset == QuantOffset::zero_points ? 1 : scale_bytes;
+    return {rows * static_cast<size_t>(m.padded_cols) * static_cast<size_t>(m.bits) / 8, rows * n_blocks * scale_bytes,
+            rows * n_blocks * offset_bytes};
+}
+
+bool in_row_groups(const WeightMatrix& w, QuantLayout q_layout) {
+    return q_layout == QuantLayout::row_groups && row_groups_fit(w.quant);
+}
+
+// The bytes of w's copy, each table on its own cache line.
+size_t copy_bytes(const WeightMatrix& w, QuantLayout q_layout) {
+    if (!w.quantized()) return aligned(float_bytes(w));
+    if (in_row_groups(w, q_layout)) return aligned(row_groups_bytes(w.quant, w.rows));
+    const QuantTableBytes t = rows_table_bytes(w);
+    return aligned(t.q) + aligned(t.scales) + aligned(t.offsets);
+}
+
+// The matrices to copy, each once, in the order a forward pass reads them.
+std::vector<const WeightMatrix*> streamed_matrices(const Model& model) {
+    std::vector<const WeightMatrix*> out;
+    auto add = [&](const WeightMatrix& w) {
+        if (w.data == nullptr || w.rows == 0) return;  // an absent w_gate
+        for (const WeightMatrix* seen : out)
+            if (seen->data == w.data) return;
+        out.push_back(&w);
+    };
+    for (const LayerWeights& layer : model.layers)
+        for (const Linear* linear : layer.linears()) add(linear->weight);
+    add(model.classifier);
+    return out;
+}
+
+}  // namespace
+
+WeightCopies::WeightCopies(const Model& model, QuantLayout q_layout) {
+    const std::vector<const WeightMatrix*> matrices = streamed_matrices(model);
+    size_t total = 0;
+    for (const WeightMatrix* w : matrices) total += copy_bytes(*w, q_layout);
+    memory_ = HugePageBuffer(total);
+    uint8_t* at = memory_.data();
+    // Copies bytes from the mapping to `at`, gives the mapping's pages back, and returns where the copy is.
+    auto move = [&](const void* from, size_t bytes) {
+        uint8_t* to = at;
+        if (bytes > 0) std::memcpy(to, from, bytes);
+        if (model.weights) model.weights->release_pages(from, bytes);
+        at += aligned(bytes);
+        return to;
+    };
+    for (const WeightMatrix* w : matrices) {
+        if (!w->quantized()) {
+            floats_.emplace(w->data, move(w->data, float_bytes(*w)));
+            continue;
+        }
+        const QuantTableBytes t = rows_table_bytes(*w);
+        QuantMatrix copy = w->quant;
+        if (in_row_groups(*w, q_layout)) {
+            copy = copy_to_row_groups(w->quant, w->rows, at);
+            at += aligned(row_groups_bytes(w->quant, w->rows));
+            if (model.weights) {
+                model.weights->release_pages(w->quant.q, t.q);
+                model.weights->release_pages(w->quant.scales, t.scales);
+            }
+        } else {
+            copy.q = move(w->quant.q, t.q);
+            copy.scales = move(w->quant.scales, t.scales);
+            if (w->quant.offsets) copy.offsets = move(w->quant.offsets, t.offsets);
+        }
+        quants_.emplace(w->quant.q, copy);
+    }
+}
+
+const void* WeightCopies::data(const WeightMatrix& w) const {
+    const auto found = floats_.find(w.data);
+    return found == floats_.end() ? w.data : found->second;
+}
+
+const QuantMatrix& WeightCopies::quant(const WeightMatrix& w) const {
+    const auto found = quants_.find(w.quant.q);
+    return found == quants_.end() ? w.quant : found->second;
+}
+
+}  // namespace kvx::cpu

@@ -1,0 +1,43 @@
+// The matrices a forward pass streams from DRAM, every layer's linears and the classifier, copied once at
+// load time into one HugePageBuffer, in the order a forward pass reads them: as stored, except q4 in blocks of
+// 32 around the zero of 8, which goes into row groups where the kernels read those faster
+// (KernelTable::matmul_q_layout). Each matrix's pages in the model's mapping are given back once copied, so
+// the process holds the weights once.
+//
+// Why copies: the mapping is backed by 4 KiB pages, and a decode step's stream of weights then pays a TLB miss
+// every 4 KiB (huge_page_buffer.h has the figures); q4 row groups are a layout of their own
+// (kernels/quant_row_groups.h). Left in place: the embedding, of which a step reads a few rows (a tied
+// classifier's copy is a second one, read by the classifier alone).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+
+#include "cpu/backend/huge_page_buffer.h"
+#include "engine/model/model.h"
+#include "kernels/quant_matrix.h"
+
+namespace kvx::cpu {
+
+class WeightCopies {
+public:
+    // Throws kvx::Error when the memory for the copies cannot be had.
+    WeightCopies(const Model& model, QuantLayout q_layout);
+
+    // w's fp32 or fp16 elements as the kernels read them: the copy's (w's own for a matrix that is not one of
+    // the model's linears or classifier).
+    const void* data(const WeightMatrix& w) const;
+    // w's integers, scales and offsets as the kernels read them, likewise.
+    const QuantMatrix& quant(const WeightMatrix& w) const;
+    size_t bytes() const { return memory_.size(); }
+
+private:
+    HugePageBuffer memory_;
+    // By the model's pointer each copy was made from: a tied classifier's is the embedding's, which the
+    // embedding lookup still reads in place.
+    std::unordered_map<const void*, const void*> floats_;
+    std::unordered_map<const uint8_t*, QuantMatrix> quants_;
+};
+
+}  // namespace kvx::cpu
