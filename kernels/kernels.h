@@ -73,12 +73,15 @@ struct PagedAttentionArgs {
 };
 
 // One matmul of a group sharing an input (KernelTable::matmuls): out [n][m] = x . w^T with w [m][k] stored
-// as fp32 (w_f32), as IEEE fp16 bits (w_f16) or quantized (w_q); exactly one of the three is set.
+// as fp32 (w_f32), as IEEE fp16 bits in rows (w_f16) or in row groups (w_f16_groups), or quantized (w_q);
+// exactly one of the four is set.
 struct MatmulPart {
-    float* out = nullptr;              // [n][m]
-    const float* w_f32 = nullptr;      // [m][k], or null
-    const uint16_t* w_f16 = nullptr;   // [m][k] fp16 bits, or null
-    const QuantMatrix* w_q = nullptr;  // [m][k] in integer blocks, or null
+    float* out = nullptr;                    // [n][m]
+    const float* w_f32 = nullptr;            // [m][k], or null
+    const uint16_t* w_f16 = nullptr;         // [m][k] fp16 bits, or null
+    const uint16_t* w_f16_groups = nullptr;  // [ceil(m / 8)][ceil(k / 16)][8][16] fp16 bits, or null
+                                             // (kernels/f16_row_groups.h)
+    const QuantMatrix* w_q = nullptr;        // [m][k] in integer blocks, or null
     int m = 0;
 };
 
@@ -102,6 +105,9 @@ struct KernelTable {
     // The layout matmul_q reads fastest; it reads every layout. A backend may copy the matrices that fit it
     // (kernels/quant_row_groups.h) once, at load time.
     QuantLayout matmul_q_layout;
+    // Whether matmuls reads fp16 weights faster in row groups (MatmulPart::w_f16_groups) than in rows; it
+    // reads both, with the same bits. A backend may copy them once, at load time.
+    bool matmul_f16_row_groups;
 
     // Several matmuls of the same x [n][k] (a layer's q, k and v projections; its gate and up): each part
     // gets the bits matmul / matmul_f16 would give it alone. A backend may run them as one piece of work, so

@@ -13,6 +13,7 @@
 
 #include "kernels/baseline_kernels.h"
 #include "kernels/f16.h"
+#include "kernels/f16_row_groups.h"
 #include "kernels/kernels.h"
 
 namespace kvx {
@@ -42,6 +43,18 @@ void reference_matmul_f16(float* out, const float* x, const uint16_t* w, int n, 
     }
 }
 
+// reference_matmul_f16 of w [m][k] in row groups (kernels/f16_row_groups.h).
+void reference_matmul_f16_groups(float* out, const float* x, const uint16_t* w, int n, int k, int m) {
+    for (int i = 0; i < n; ++i) {
+        const float* xi = x + static_cast<int64_t>(i) * k;  // row i of x [n][k]
+        for (int j = 0; j < m; ++j) {
+            double dot = 0.0;
+            for (int p = 0; p < k; ++p) dot += static_cast<double>(xi[p]) * f16_to_f32(w[f16_row_groups_index(j, p, k)]);
+            out[static_cast<int64_t>(i) * m + j] = static_cast<float>(dot);
+        }
+    }
+}
+
 void reference_matmul_q(float* out, const float* x, const QuantMatrix& w, int n, int k, int m) {
     std::vector<float> wj(static_cast<size_t>(k));  // row j of w, dequantized
     for (int j = 0; j < m; ++j) {
@@ -62,6 +75,8 @@ void reference_matmuls(const MatmulPart* parts, int n_parts, const float* x, int
             reference_matmul(part.out, x, part.w_f32, n, k, part.m);
         } else if (part.w_f16) {
             reference_matmul_f16(part.out, x, part.w_f16, n, k, part.m);
+        } else if (part.w_f16_groups) {
+            reference_matmul_f16_groups(part.out, x, part.w_f16_groups, n, k, part.m);
         } else {
             reference_matmul_q(part.out, x, *part.w_q, n, k, part.m);
         }
@@ -296,6 +311,7 @@ constexpr KernelTable kReferenceKernels{
     .matmul_f16 = reference_matmul_f16,
     .matmul_q = reference_matmul_q,
     .matmul_q_layout = QuantLayout::rows,
+    .matmul_f16_row_groups = false,
     .matmuls = reference_matmuls,
     .rmsnorm = reference_rmsnorm,
     .layernorm = reference_layernorm,

@@ -14,7 +14,9 @@
 
 #include "cpu/backend/huge_page_buffer.h"
 #include "cpu/backend/weight_copies.h"
+#include "cpu/kernels/cpu_kernels.h"
 #include "engine/model/mapped_file.h"
+#include "kernels/f16_row_groups.h"
 #include "fixtures.h"
 
 using namespace kvx;
@@ -69,7 +71,7 @@ TEST_CASE("WeightCopies: every linear and the classifier copied whole, the embed
     for (const char* name : {"rand_hd24_gqa4_l3_v301_untied", "rand_hd24_gqa4_l3_v301_untied_f16", "stories260K"}) {
         const Fixture f = load_fixture(name);
         const Model model = load_model(f.model_dir);
-        const cpu::WeightCopies copies(model, QuantLayout::rows);
+        const cpu::WeightCopies copies(model, reference_kernels());
         INFO(name);
         size_t copied = 0;
         auto check = [&](const WeightMatrix& w) {
@@ -88,4 +90,32 @@ TEST_CASE("WeightCopies: every linear and the classifier copied whole, the embed
         const bool tied = model.classifier.data == model.tok_embeddings.data;
         CHECK((copies.data(model.tok_embeddings) == model.tok_embeddings.data) == !tied);
     }
+}
+
+TEST_CASE("WeightCopies: fp16 matrices in row groups for kernels that read them so, every element in its place") {
+    const Fixture f = load_fixture("rand_hd24_gqa4_l3_v301_untied_f16");
+    const Model model = load_model(f.model_dir);
+    const KernelTable& kernels = cpu::cpu_kernels(cpu::SimdLevel::portable);
+    REQUIRE(kernels.matmul_f16_row_groups);
+    const cpu::WeightCopies copies(model, kernels);
+    auto check = [&](const WeightMatrix& w) {
+        const uint16_t* groups = copies.f16_groups(w);
+        REQUIRE(groups != nullptr);
+        const size_t elems = f16_row_groups_elems(w.rows, w.cols);
+        std::vector<bool> seen(elems, false);
+        for (int64_t r = 0; r < w.rows; ++r)
+            for (int64_t l = 0; l < w.cols; ++l) {
+                const auto at = static_cast<size_t>(f16_row_groups_index(r, l, w.cols));
+                REQUIRE(at < elems);
+                REQUIRE(groups[at] == w.f16()[r * w.cols + l]);
+                seen[at] = true;
+            }
+        for (size_t i = 0; i < elems; ++i)
+            if (!seen[i]) REQUIRE(groups[i] == 0);  // padding rows and columns add nothing
+    };
+    for (const LayerWeights& layer : model.layers)
+        for (const Linear* linear : layer.linears())
+            if (linear->weight.data) check(linear->weight);
+    check(model.classifier);
+    CHECK(copies.f16_groups(model.tok_embeddings) == nullptr);
 }

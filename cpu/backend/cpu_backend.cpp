@@ -49,7 +49,7 @@ const KernelTable& checked_kernels(const Model& model, const KernelTable& kernel
 }  // namespace
 
 CpuBackend::CpuBackend(const Model& model, const KernelTable& kernels)
-    : model_(model), kernels_(checked_kernels(model, kernels)), weights_(model, kernels.matmul_q_layout) {}
+    : model_(model), kernels_(checked_kernels(model, kernels)), weights_(model, kernels) {}
 
 void CpuBackend::allocate_kv(const DecoderPlan& plan) {
     const KvLayout& kv = plan.kv();
@@ -209,7 +209,8 @@ void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float*
         part.out = o.out;
         part.m = static_cast<int>(w.rows);
         part.w_f32 = w.dtype == WeightDtype::f32 ? static_cast<const float*>(weights_.data(w)) : nullptr;
-        part.w_f16 = w.dtype == WeightDtype::f16 ? static_cast<const uint16_t*>(weights_.data(w)) : nullptr;
+        part.w_f16_groups = w.dtype == WeightDtype::f16 ? weights_.f16_groups(w) : nullptr;
+        part.w_f16 = w.dtype == WeightDtype::f16 && !part.w_f16_groups ? static_cast<const uint16_t*>(weights_.data(w)) : nullptr;
         part.w_q = w.quantized() ? &weights_.quant(w) : nullptr;
     }
     kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/f16_row_groups.h"
 #include "kernels/quant_row_groups.h"
 
 namespace kvx::cpu {
@@ -32,14 +33,18 @@ QuantTableBytes rows_table_bytes(const WeightMatrix& w) {
             rows * n_blocks * offset_bytes};
 }
 
-bool in_row_groups(const WeightMatrix& w, QuantLayout q_layout) {
-    return q_layout == QuantLayout::row_groups && row_groups_fit(w.quant);
+bool in_row_groups(const WeightMatrix& w, const KernelTable& kernels) {
+    if (w.dtype == WeightDtype::f16) return kernels.matmul_f16_row_groups;
+    return w.quantized() && kernels.matmul_q_layout == QuantLayout::row_groups && row_groups_fit(w.quant);
 }
 
+size_t f16_groups_bytes(const WeightMatrix& w) { return f16_row_groups_elems(w.rows, w.cols) * sizeof(uint16_t); }
+
 // The bytes of w's copy, each table on its own cache line.
-size_t copy_bytes(const WeightMatrix& w, QuantLayout q_layout) {
+size_t copy_bytes(const WeightMatrix& w, const KernelTable& kernels) {
+    if (w.dtype == WeightDtype::f16 && in_row_groups(w, kernels)) return aligned(f16_groups_bytes(w));
     if (!w.quantized()) return aligned(float_bytes(w));
-    if (in_row_groups(w, q_layout)) return aligned(row_groups_bytes(w.quant, w.rows));
+    if (in_row_groups(w, kernels)) return aligned(row_groups_bytes(w.quant, w.rows));
     const QuantTableBytes t = rows_table_bytes(w);
     return aligned(t.q) + aligned(t.scales) + aligned(t.offsets);
 }
@@ -61,10 +66,10 @@ std::vector<const WeightMatrix*> streamed_matrices(const Model& model) {
 
 }  // namespace
 
-WeightCopies::WeightCopies(const Model& model, QuantLayout q_layout) {
+WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
     const std::vector<const WeightMatrix*> matrices = streamed_matrices(model);
     size_t total = 0;
-    for (const WeightMatrix* w : matrices) total += copy_bytes(*w, q_layout);
+    for (const WeightMatrix* w : matrices) total += copy_bytes(*w, kernels);
     memory_ = HugePageBuffer(total);
     uint8_t* at = memory_.data();
     // Copies bytes from the mapping to `at`, gives the mapping's pages back, and returns where the copy is.
@@ -76,13 +81,21 @@ WeightCopies::WeightCopies(const Model& model, QuantLayout q_layout) {
         return to;
     };
     for (const WeightMatrix* w : matrices) {
+        if (w->dtype == WeightDtype::f16 && in_row_groups(*w, kernels)) {
+            auto* copy = reinterpret_cast<uint16_t*>(at);
+            copy_to_f16_row_groups(w->f16(), w->rows, w->cols, copy);
+            f16_groups_.emplace(w->data, copy);
+            at += aligned(f16_groups_bytes(*w));
+            if (model.weights) model.weights->release_pages(w->data, float_bytes(*w));
+            continue;
+        }
         if (!w->quantized()) {
             floats_.emplace(w->data, move(w->data, float_bytes(*w)));
             continue;
         }
         const QuantTableBytes t = rows_table_bytes(*w);
         QuantMatrix copy = w->quant;
-        if (in_row_groups(*w, q_layout)) {
+        if (in_row_groups(*w, kernels)) {
             copy = copy_to_row_groups(w->quant, w->rows, at);
             at += aligned(row_groups_bytes(w->quant, w->rows));
             if (model.weights) {
@@ -101,6 +114,11 @@ WeightCopies::WeightCopies(const Model& model, QuantLayout q_layout) {
 const void* WeightCopies::data(const WeightMatrix& w) const {
     const auto found = floats_.find(w.data);
     return found == floats_.end() ? w.data : found->second;
+}
+
+const uint16_t* WeightCopies::f16_groups(const WeightMatrix& w) const {
+    const auto found = f16_groups_.find(w.data);
+    return found == f16_groups_.end() ? nullptr : found->second;
 }
 
 const QuantMatrix& WeightCopies::quant(const WeightMatrix& w) const {

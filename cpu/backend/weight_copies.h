@@ -1,12 +1,13 @@
 // The matrices a forward pass streams from DRAM, every layer's linears and the classifier, copied once at
-// load time into one HugePageBuffer, in the order a forward pass reads them: as stored, except q4 in blocks of
-// 32 around the zero of 8, which goes into row groups where the kernels read those faster
-// (KernelTable::matmul_q_layout). Each matrix's pages in the model's mapping are given back once copied, so
-// the process holds the weights once.
+// load time into one HugePageBuffer, in the order a forward pass reads them: as stored, except where the
+// kernels read another layout faster: fp16 into row groups (KernelTable::matmul_f16_row_groups,
+// kernels/f16_row_groups.h), and q4 in blocks of 32 around the zero of 8 into its row groups
+// (KernelTable::matmul_q_layout, kernels/quant_row_groups.h). Each matrix's pages in the model's mapping are
+// given back once copied, so the process holds the weights once.
 //
 // Why copies: the mapping is backed by 4 KiB pages, and a decode step's stream of weights then pays a TLB miss
-// every 4 KiB (huge_page_buffer.h has the figures); q4 row groups are a layout of their own
-// (kernels/quant_row_groups.h). Left in place: the embedding, of which a step reads a few rows (a tied
+// every 4 KiB (huge_page_buffer.h has the figures); the row groups are layouts of their own, read as one
+// stream. Left in place: the embedding, of which a step reads a few rows (a tied
 // classifier's copy is a second one, read by the classifier alone).
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #include "cpu/backend/huge_page_buffer.h"
 #include "engine/model/model.h"
+#include "kernels/kernels.h"
 #include "kernels/quant_matrix.h"
 
 namespace kvx::cpu {
@@ -23,11 +25,13 @@ namespace kvx::cpu {
 class WeightCopies {
 public:
     // Throws kvx::Error when the memory for the copies cannot be had.
-    WeightCopies(const Model& model, QuantLayout q_layout);
+    WeightCopies(const Model& model, const KernelTable& kernels);
 
-    // w's fp32 or fp16 elements as the kernels read them: the copy's (w's own for a matrix that is not one of
-    // the model's linears or classifier).
+    // w's fp32 or fp16 elements as the kernels read them in rows: the copy's (w's own for a matrix that is
+    // not one of the model's linears or classifier), unless the copy is in row groups.
     const void* data(const WeightMatrix& w) const;
+    // w's fp16 copy in row groups [ceil(rows / 8)][ceil(cols / 16)][8][16], or null where it has none.
+    const uint16_t* f16_groups(const WeightMatrix& w) const;
     // w's integers, scales and offsets as the kernels read them, likewise.
     const QuantMatrix& quant(const WeightMatrix& w) const;
     size_t bytes() const { return memory_.size(); }
@@ -37,6 +41,7 @@ private:
     // By the model's pointer each copy was made from: a tied classifier's is the embedding's, which the
     // embedding lookup still reads in place.
     std::unordered_map<const void*, const void*> floats_;
+    std::unordered_map<const void*, const uint16_t*> f16_groups_;
     std::unordered_map<const uint8_t*, QuantMatrix> quants_;
 };
 

@@ -23,6 +23,7 @@
 #include "cpu/kernels/test_support.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
+#include "kernels/f16_row_groups.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -206,6 +207,63 @@ TEST_CASE("matmuls gives each part the bits of its own matmul", "[matmul]") {
                     CHECK(out[2] == run_matmul(kernels, x, w2, n, k, m[2]));
                     for (int p = 0; p < 3; ++p) CHECK_CLOSE(out[p], expected[p], kTolerance);
                 }
+    });
+}
+
+// fp16 weights in row groups (kernels/f16_row_groups.h), as the CPU backend copies them, must give the bits of
+// the same weights in rows: the GEMV reads them with another loop, the GEMM packs from them. Shapes with k not
+// a multiple of 16 (padded chunks) or of a depth block, m not a multiple of 8 (padded rows), on 1 and 2
+// threads, where a share can start or end inside a group; and three parts whose groups straddle shares.
+TEST_CASE("matmuls on fp16 row groups gives the bits of fp16 rows", "[matmul][f16_groups]") {
+    auto to_groups = [](const std::vector<uint16_t>& w, int m, int k) {
+        std::vector<uint16_t> groups(kvx::f16_row_groups_elems(m, k));
+        kvx::copy_to_f16_row_groups(w.data(), m, k, groups.data());
+        return groups;
+    };
+    auto run = [](const KernelTable& table, const std::vector<float>& x, const uint16_t* w, bool grouped, int n, int k,
+                  int m) {
+        std::vector<float> out = nan_filled(static_cast<size_t>(n) * m);  // [n][m]
+        MatmulPart part{.out = out.data(), .m = m};
+        (grouped ? part.w_f16_groups : part.w_f16) = w;
+        table.matmuls(&part, 1, x.data(), n, k);
+        return out;
+    };
+    uint32_t seed = 1300;
+    for (int n : {1, 3, 33})
+        for (int k : {1, 7, 16, 17, 172, 511, 513, 576, 1100})
+            for (int m : {1, 7, 8, 9, 17, 64}) {
+                const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);  // [n][k]
+                const std::vector<uint16_t> w = random_weights<uint16_t>(static_cast<size_t>(m) * k, ++seed);  // [m][k]
+                const std::vector<uint16_t> groups = to_groups(w, m, k);
+                INFO("n=" << n << " k=" << k << " m=" << m);
+                CHECK(run(reference, x, groups.data(), true, n, k, m) == run(reference, x, w.data(), false, n, k, m));
+                for_each_level([&](const KernelTable& kernels) {
+                    for (int threads : {1, 2}) {
+                        const ThreadCount scope(threads);
+                        INFO("threads=" << threads);
+                        CHECK(run(kernels, x, groups.data(), true, n, k, m) == run(kernels, x, w.data(), false, n, k, m));
+                    }
+                });
+            }
+    for_each_level([&](const KernelTable& kernels) {
+        const ThreadCount scope(2);
+        const int k = 576;
+        const int m[3] = {13, 5, 100};
+        const std::vector<float> x = random_floats(k, 1400);
+        std::array<std::vector<float>, 3> out;  // out[q]: [m[q]]
+        std::array<std::vector<uint16_t>, 3> w, groups;
+        std::array<MatmulPart, 3> parts;
+        for (int q = 0; q < 3; ++q) {
+            w[q] = random_weights<uint16_t>(static_cast<size_t>(m[q]) * k, 1401 + q);
+            groups[q] = to_groups(w[q], m[q], k);
+            out[q] = nan_filled(static_cast<size_t>(m[q]));
+            parts[q] = {.out = out[q].data(), .w_f16_groups = groups[q].data(), .m = m[q]};
+        }
+        kernels.matmuls(parts.data(), 3, x.data(), 1, k);
+        for (int q = 0; q < 3; ++q) {
+            INFO("part " << q);
+            CHECK(out[q] == run(kernels, x, w[q].data(), false, 1, k, m[q]));
+        }
     });
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/baseline_kernels.h"
+#include "kernels/f16_row_groups.h"
 #include "kernels/kernels.h"
 
 namespace kvx::cpu {

@@ -1,6 +1,8 @@
 // Decode GEMV benchmarks (matmul and matmul_f16 with one row of x) at the matrix shapes of SmolLM2-135M
 // and of a 1B-class model, weights from DRAM as in a decode step: each call reads the next of a rotation
 // of copies of the matrix that together far exceed the L3 cache, in huge pages as the engine's weights are.
+// gemv/f16 reads fp16 row groups, the layout the CPU backend copies fp16 weights into
+// (kernels/f16_row_groups.h); gemv/f16-rows the model directory's rows.
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "cpu/backend/huge_page_buffer.h"
+#include "kernels/f16_row_groups.h"
 #include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
@@ -18,27 +21,39 @@ constexpr size_t kRotationBytes = size_t{256} << 20;
 
 template <class W>
 struct GemvData {
-    cpu::HugePageBuffer weights;  // [copies][m][k] of W, fp32 or fp16 bits
+    cpu::HugePageBuffer weights;  // [copies][matrix_elems] of W, fp32 or fp16 bits, each copy in rows [m][k] or
+                                  // in fp16 row groups
     size_t copies = 0;
+    size_t matrix_elems = 0;
 
-    const W* matrix(size_t copy, size_t elems) const { return reinterpret_cast<const W*>(weights.data()) + copy * elems; }
+    const W* matrix(size_t copy) const { return reinterpret_cast<const W*>(weights.data()) + copy * matrix_elems; }
     std::vector<float> x;       // [k]
     std::vector<float> out;     // [m]
 };
 
 template <class W>
-GemvData<W> make_data(int k, int m) {
+GemvData<W> make_data(int k, int m, bool row_groups) {
     GemvData<W> d;
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
     d.copies = std::max<size_t>(1, kRotationBytes / (matrix * sizeof(W)));
-    std::vector<W> weights(d.copies * matrix);
+    d.matrix_elems = row_groups ? f16_row_groups_elems(m, k) : matrix;
+    std::vector<W> weights(matrix);  // [m][k], the same values in every copy
     if constexpr (std::is_same_v<W, float>) {
         fill_random(weights, 5);
     } else {
         fill_random_f16(weights, 5);
     }
-    d.weights = cpu::HugePageBuffer(weights.size() * sizeof(W));
-    std::memcpy(d.weights.data(), weights.data(), weights.size() * sizeof(W));
+    d.weights = cpu::HugePageBuffer(d.copies * d.matrix_elems * sizeof(W));
+    for (size_t copy = 0; copy < d.copies; ++copy) {
+        W* to = reinterpret_cast<W*>(d.weights.data()) + copy * d.matrix_elems;
+        if constexpr (std::is_same_v<W, uint16_t>) {
+            if (row_groups) {
+                copy_to_f16_row_groups(weights.data(), m, k, to);
+                continue;
+            }
+        }
+        std::memcpy(to, weights.data(), matrix * sizeof(W));
+    }
     d.x.resize(static_cast<size_t>(k));
     fill_random(d.x, 6);
     d.out.resize(static_cast<size_t>(m));
@@ -46,19 +61,23 @@ GemvData<W> make_data(int k, int m) {
 }
 
 // Arguments: threads, k (in_features), m (out_features).
-template <class W>
+template <class W, bool kRowGroups = false>
 void gemv(benchmark::State& state) {
     use_threads(state);
     const int k = static_cast<int>(state.range(1));
     const int m = static_cast<int>(state.range(2));
-    GemvData<W>& d = reuse_or_make<GemvData<W>>(std::make_tuple(k, m), [&] { return make_data<W>(k, m); });
+    GemvData<W>& d = reuse_or_make<GemvData<W>>(std::make_tuple(k, m, kRowGroups),
+                                                [&] { return make_data<W>(k, m, kRowGroups); });
     const KernelTable& kernels = kernels_under_test();
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
     size_t copy = 0;
     for (auto _ : state) {
-        const W* w = d.matrix(copy, matrix);
+        const W* w = d.matrix(copy);
         if constexpr (std::is_same_v<W, float>) {
             kernels.matmul(d.out.data(), d.x.data(), w, 1, k, m);
+        } else if constexpr (kRowGroups) {
+            const MatmulPart part{.out = d.out.data(), .w_f16_groups = w, .m = m};
+            kernels.matmuls(&part, 1, d.x.data(), 1, k);
         } else {
             kernels.matmul_f16(d.out.data(), d.x.data(), w, 1, k, m);
         }
@@ -81,7 +100,8 @@ void model_shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(gemv<float>)->Name("gemv/f32")->Apply(model_shapes);
-BENCHMARK(gemv<uint16_t>)->Name("gemv/f16")->Apply(model_shapes);
+BENCHMARK(gemv<uint16_t, true>)->Name("gemv/f16")->Apply(model_shapes);
+BENCHMARK(gemv<uint16_t>)->Name("gemv/f16-rows")->Apply(model_shapes);
 
 }  // namespace
 }  // namespace kvx::bench
