@@ -34,6 +34,13 @@ enum class QuantOffset : int32_t {
     mins,         // a float minimum per block, of the scales' type
 };
 
+// How the SIMD kernels round x to int8 for a matrix (kernels.h, matmul_q): as the engine the weights came from
+// does, so that kvx's results can be checked against it, near ties included.
+enum class QuantXRounding : int32_t {
+    onnxruntime,  // per 32: scale = amax / 127 in fp32, q = round(x / scale): ORT's accuracy_level 4 (MLAS)
+    ggml,         // per 32: q = round(x * (127 / amax)), scale = amax / 127 rounded to fp16: llama.cpp's Q8_0
+};
+
 enum class QuantLayout : int32_t {
     rows,        // row after row, as stored in the model directory
     row_groups,  // eight rows interleaved, as above: what the SIMD kernels read fastest
@@ -49,6 +56,7 @@ struct QuantMatrix {
     QuantOffset offset = QuantOffset::none;
     bool scales_f16 = false;
     QuantLayout layout = QuantLayout::rows;
+    QuantXRounding x_rounding = QuantXRounding::onnxruntime;  // the SIMD kernels' rounding of x for this matrix
 };
 
 constexpr int kQuantGroupRows = 8;  // rows in a row group

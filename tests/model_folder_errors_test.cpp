@@ -110,6 +110,8 @@ TEST_CASE("config.json fields of the wrong type or range are refused, never coer
         {"rope_style", "interleaved", "'rope_style' must be \"half\""},
         {"weights", "model.safetensors", "'weights' must be an object, not \"model.safetensors\""},
         {"weights.dtype", "bf16", "'weights.dtype' = 'bf16' is not a dtype kvx reads (f32, f16)"},
+        {"weights.x_rounding", "mlas", "'weights.x_rounding' = 'mlas' is not a rounding kvx knows (onnxruntime, ggml)"},
+        {"weights.x_rounding", 4, "'weights.x_rounding' must be a string, not 4"},
         {"tokenizer.file", 7, "'tokenizer.file' must be a string, not 7"},
         // SentencePiece's dummy prefix is a fact of a llama2.c vocabulary; a BPE tokenizer.json has its own.
         {"tokenizer.add_dummy_prefix", false, "'tokenizer.add_dummy_prefix' is for the llama2c tokenizer only"},

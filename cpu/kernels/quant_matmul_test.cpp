@@ -30,6 +30,7 @@ using kvx::QuantMatrix;
 using kvx::QuantLayout;
 using kvx::QuantOffset;
 using kvx::QuantRowGroups;
+using kvx::QuantXRounding;
 using kvx::cpu::testing::for_each_level;
 using kvx::cpu::testing::nan_filled;
 using kvx::cpu::testing::random_floats;
@@ -120,8 +121,10 @@ double test_weight(const RandomQuant& r, int64_t row, int64_t j) {
     return 0.0;
 }
 
-// x rounded as the SIMD levels round it: per group of 32, q = rint(x / (amax / 127)), x~ = q * (amax / 127).
-std::vector<double> rounded_x(const std::vector<float>& x, int n, int k) {
+// x rounded as the SIMD levels round it: per group of 32, q = rint(x / (amax / 127)), x~ = q * (amax / 127);
+// for ggml, q = rint(x * (127 / amax)), x~ = q * fp16(amax / 127).
+std::vector<double> rounded_x(const std::vector<float>& x, int n, int k,
+                              QuantXRounding x_rounding = QuantXRounding::onnxruntime) {
     std::vector<double> out(x.size());
     for (int i = 0; i < n; ++i)
         for (int g = 0; g * 32 < k; ++g) {
@@ -130,9 +133,12 @@ std::vector<double> rounded_x(const std::vector<float>& x, int n, int k) {
             float amax = 0.0f;
             for (int t = 0; t < valid; ++t) amax = std::max(amax, std::fabs(xs[t]));
             const float scale = amax / 127.0f;
-            for (int t = 0; t < valid; ++t)
-                out[static_cast<size_t>(int64_t{i} * k + g * 32 + t)] =
-                    amax > 0.0f ? std::nearbyint(xs[t] / scale) * static_cast<double>(scale) : 0.0;
+            const bool ggml = x_rounding == QuantXRounding::ggml;
+            const double used_scale = ggml ? kvx::f16_to_f32(kvx::f32_to_f16(scale)) : scale;
+            for (int t = 0; t < valid; ++t) {
+                const float q = ggml ? std::nearbyint(xs[t] * (127.0f / amax)) : std::nearbyint(xs[t] / scale);
+                out[static_cast<size_t>(int64_t{i} * k + g * 32 + t)] = amax > 0.0f ? q * used_scale : 0.0;
+            }
         }
     return out;
 }
@@ -162,12 +168,16 @@ void check_within(const std::vector<float>& actual, const std::vector<double>& e
     CHECK(worst <= 1.0);
 }
 
-void check_matmul_q(const KernelTable& kernels, int n, int k, int m, QuantShape shape, uint32_t seed) {
+void check_matmul_q(const KernelTable& kernels, int n, int k, int m, QuantShape shape, uint32_t seed,
+                    QuantXRounding x_rounding = QuantXRounding::onnxruntime) {
     INFO("matmul_q n=" << n << " k=" << k << " m=" << m << " q" << shape.bits << " block " << shape.block
-                       << " offset " << static_cast<int>(shape.offset) << (shape.f16 ? " fp16 scales" : ""));
-    const RandomQuant r = random_quant(m, k, shape, seed);
+                       << " offset " << static_cast<int>(shape.offset) << (shape.f16 ? " fp16 scales" : "")
+                       << (x_rounding == QuantXRounding::ggml ? " x rounded as ggml" : ""));
+    RandomQuant r = random_quant(m, k, shape, seed);
+    r.w.x_rounding = x_rounding;
     const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, seed + 7);  // [n][k]
-    const std::vector<double> xr = rounded_x(x, n, k);
+    const std::vector<double> xr = rounded_x(x, n, k, x_rounding);
+    const bool rounding_mode_is_ggml = x_rounding == QuantXRounding::ggml;
     std::vector<double> exact(static_cast<size_t>(n) * m), of_rounded(exact.size()), rounding_bound(exact.size()),
         fp32_bound(exact.size());
     for (int i = 0; i < n; ++i)
@@ -182,7 +192,9 @@ void check_matmul_q(const KernelTable& kernels, int n, int k, int m, QuantShape 
                 float amax = 0.0f;  // of j's group
                 for (int t = j / 32 * 32; t < std::min(k, j / 32 * 32 + 32); ++t)
                     amax = std::max(amax, std::fabs(x[static_cast<size_t>(int64_t{i} * k + t)]));
-                rounding += std::fabs(w) * amax / 127.0 / 2.0;
+                // half a step of x's grid, and for ggml the fp16 scale's error over up to 127 steps
+                const double f16_scale = rounding_mode_is_ggml ? 1.0 / 2048.0 : 0.0;
+                rounding += std::fabs(w) * amax * (1.0 / 127.0 / 2.0 + f16_scale);
             }
             const size_t o = static_cast<size_t>(int64_t{i} * m + row);
             exact[o] = dot;
@@ -217,6 +229,17 @@ TEST_CASE("matmul_q matches the documented format for every bits, block, offset 
                 for (QuantOffset offset : kOffsets)
                     for (bool f16 : {false, true})
                         check_matmul_q(kernels, 2, 300, 7, {bits, block, offset, f16}, ++seed);
+    });
+}
+
+// Matrices from GGUF files round x as llama.cpp does (QuantXRounding::ggml): its Q8_0, Q4_0 and Q4_1 forms.
+TEST_CASE("matmul_q rounds x as llama.cpp does for ggml matrices", "[matmul_q]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 4000;
+        for (const QuantShape shape : {QuantShape{8, 32, QuantOffset::none, true}, QuantShape{4, 32, QuantOffset::none, true},
+                                       QuantShape{4, 32, QuantOffset::mins, true}})
+            for (int n : {1, 5})
+                for (int k : {32, 100, 576}) check_matmul_q(kernels, n, k, 19, shape, ++seed, QuantXRounding::ggml);
     });
 }
 

@@ -29,7 +29,8 @@ namespace {
 // taken so that a tensor nobody asked for (a misnamed or foreign weight) is an error rather than ignored.
 class WeightReader {
 public:
-    WeightReader(const SafetensorsFile& file, WeightDtype matrix_dtype) : file_(file), matrix_dtype_(matrix_dtype) {}
+    WeightReader(const SafetensorsFile& file, WeightDtype matrix_dtype, QuantXRounding x_rounding)
+        : file_(file), matrix_dtype_(matrix_dtype), x_rounding_(x_rounding) {}
 
     const float* vector(const std::string& name, int64_t n) { return file_.f32(take(name), {n}); }
     const float* optional_vector(const std::string& name, int64_t n) {
@@ -88,6 +89,7 @@ public:
         m.quant.padded_cols = static_cast<int32_t>(padded);
         m.quant.q = file_.tensor(take(q_name), q4 ? "U8" : "I8", {rows, q.shape[1]}).data;
         m.quant.scales_f16 = scales.dtype == "F16";
+        m.quant.x_rounding = x_rounding_;
         m.quant.scales = file_.tensor(take(scales_name), scales.dtype.c_str(), {rows, n_blocks}).data;
         m.data = m.quant.q;
 
@@ -126,6 +128,7 @@ private:
 
     const SafetensorsFile& file_;
     WeightDtype matrix_dtype_;
+    QuantXRounding x_rounding_;  // given to every quantized matrix
     std::set<std::string> taken_;
 };
 
@@ -137,7 +140,7 @@ Model load_model(const std::string& model_dir) {
     m.config = load_model_config(model_dir);
     const ModelConfig& c = m.config;
     m.weights = std::make_unique<SafetensorsFile>(file_inside(model_dir, c.weights_file, "weights.file"));
-    WeightReader w(*m.weights, c.weights_dtype);
+    WeightReader w(*m.weights, c.weights_dtype, c.x_rounding);
     const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
     const ArchitectureTraits& t = c.traits;
     // A norm weight with the config's offset folded in: (1 + w) rounded to fp32 once here is the factor HF

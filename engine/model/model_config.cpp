@@ -254,6 +254,13 @@ ModelConfig load_model_config(const std::string& model_dir) {
         c.weights_dtype = WeightDtype::f16;
     else
         r.fail("weights.dtype", "= '" + dtype + "' is not a dtype kvx reads (f32, f16)");
+    if (r.has(weights, "x_rounding")) {
+        const std::string rounding = r.string(weights["x_rounding"], "weights.x_rounding");
+        if (rounding == "ggml")
+            c.x_rounding = QuantXRounding::ggml;
+        else if (rounding != "onnxruntime")
+            r.fail("weights.x_rounding", "= '" + rounding + "' is not a rounding kvx knows (onnxruntime, ggml)");
+    }
     read_tokenizer(r, c);
     read_chat(r, c);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/model/architecture.h"
+#include "kernels/quant_matrix.h"
 
 namespace kvx {
 
@@ -75,6 +76,9 @@ struct ModelConfig {
     std::vector<int> eos_token_ids;
     std::string weights_file;    // relative to the model directory
     WeightDtype weights_dtype = WeightDtype::f32;
+    // weights.x_rounding: how the SIMD kernels round x to int8 for the quantized matrices, as the engine the
+    // weights came from does (kernels/quant_matrix.h): "onnxruntime" (the default) or "ggml" (GGUF files).
+    QuantXRounding x_rounding = QuantXRounding::onnxruntime;
     std::string tokenizer_type;  // "llama2c", "bpe" (HF tokenizer.json), "gpt2" (encoder.json), or empty for none
     std::string tokenizer_file;  // relative to the model directory
     std::string tokenizer_merges_file;  // "gpt2" only: vocab.bpe, relative to the model directory

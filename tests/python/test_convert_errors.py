@@ -166,6 +166,11 @@ class ConverterRefusals(unittest.TestCase):
                     model, {"max_position_embeddings": "512", key: value}))
                 self._refused(path, f"metadata '{key}'", fragment)
 
+    def test_x_rounding_metadata_must_be_a_rounding_kvx_knows(self):
+        path = self._variant("x_rounding", lambda model: helper.set_model_props(
+            model, {"max_position_embeddings": "512", "x_rounding": "mlas"}))
+        self._refused(path, "metadata 'x_rounding'", "kvx knows onnxruntime, ggml")
+
     def test_sizes_must_be_in_the_range_kvx_reads(self):
         """A config.json value beyond 2^30 would give a directory that looks valid and fails to load."""
         for props, fragment in (({"max_position_embeddings": "20000000"}, "max_seq_len would be 20000000; "

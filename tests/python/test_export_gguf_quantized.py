@@ -75,6 +75,14 @@ class QuantizedGgufExport(unittest.TestCase):
         model, _ = self.initializers(self.fp32)
         self.assertNotIn("com.microsoft", {o.domain for o in model.opset_import})
 
+    def test_kept_blocks_are_marked_for_llama_cpp_s_activation_rounding(self):
+        """kvx rounds activations to int8 as llama.cpp does for blocks kept from a GGUF file (x_rounding ggml,
+        which kvx convert carries into config.json), so that its greedy tokens follow llama.cpp's near ties."""
+        props = lambda path: {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+        self.assertEqual(props(self.kept).get("x_rounding"), "ggml")
+        self.assertEqual(props(self.requantized).get("x_rounding"), "ggml")
+        self.assertNotIn("x_rounding", props(self.fp32))
+
     def test_q8_0_integers_are_the_file_s_plus_128(self):
         _, init = self.initializers(self.kept)
         blocks = _gguf_blocks(self.reader, "blk.0.ffn_down.weight", 34)

@@ -70,6 +70,19 @@ def max_seq_len_of(model, override, n_positions=None, table="the position embedd
     return value
 
 
+X_ROUNDINGS = ("onnxruntime", "ggml")
+
+
+def x_rounding_of(model):
+    """The x_rounding metadata an exporter wrote ("ggml" for blocks kept from a GGUF file), else None: how kvx's
+    int8 kernels round the activations for the quantized matrices (docs/model-format.md, weights.x_rounding)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    value = props.get("x_rounding")
+    if value is not None and value not in X_ROUNDINGS:
+        raise ConvertError(f"metadata 'x_rounding' is {value!r}; kvx knows {', '.join(X_ROUNDINGS)}")
+    return value
+
+
 def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_path=None, chat_template_path=None,
             dtype=None, check_weights=True, quantize=None, block_size=32, symmetric=False, quantize_embeddings=True):
     """The whole conversion; raises ConvertError on anything it cannot do. Returns config.json's dict.
@@ -112,8 +125,9 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     tensors = cast_weights(floats, dtype)
     for name, matrix in quantized.items():  # scales in the graph's precision, whatever --dtype says
         tensors.update(matrix.to_tensors(name))
+    x_rounding = x_rounding_of(model)  # checked whatever the weights; written for quantized ones only
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,
-                        window)
+                        window, x_rounding if quantized else None)
     try:
         write_model_dir(out_dir, config, tensors, extras.files)
     except OSError as e:

@@ -41,9 +41,10 @@ def _json_float32(value):
 
 
 def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, weights_dtype="f32",
-               sliding_window=None):
+               sliding_window=None, x_rounding=None):
     """config.json's content, keys in the documented order. bundle: tokenizer_bundle.Bundle.
-    weights_dtype: "f32" or "f16", the matrices' storage. sliding_window: {"window", "layers"} or None."""
+    weights_dtype: "f32" or "f16", the matrices' storage. sliding_window: {"window", "layers"} or None.
+    x_rounding: weights.x_rounding ("onnxruntime" or "ggml"), or None for the default."""
     h = hyperparameters
     config = {
         "format": "kvx-model",
@@ -64,7 +65,7 @@ def kvx_config(architecture, hyperparameters, max_seq_len, bundle, onnx_name, we
         **({"sliding_window": sliding_window} if sliding_window else {}),
         "bos_token_id": int(bundle.bos_token_id),
         "eos_token_ids": [int(t) for t in bundle.eos_token_ids],
-        "weights": {"file": WEIGHTS_FILE, "dtype": weights_dtype},
+        "weights": {"file": WEIGHTS_FILE, "dtype": weights_dtype, **({"x_rounding": x_rounding} if x_rounding else {})},
         "tokenizer": bundle.tokenizer,
     }
     if bundle.chat_template is not None:

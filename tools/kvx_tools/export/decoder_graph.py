@@ -20,7 +20,8 @@ def graph_metadata(config):
     spells the EOS key in the singular and names each layer's attention in layer_types), and whether a
     SentencePiece tokenizer puts a space before the text (add_dummy_prefix, SentencePiece's name) and which of
     its pieces it cuts out of the text whole (user_defined_token_ids, control_token_ids) when the exporter
-    read them from the source."""
+    read them from the source, and x_rounding: how the engine the quantized weights came from rounds
+    activations to int8 ("ggml" for blocks kept from a GGUF file; config.json's weights.x_rounding)."""
     metadata = {"max_position_embeddings": config["max_seq_len"]}
     if config.get("sliding_window"):
         windowed = set(config["window_layers"])
@@ -33,6 +34,8 @@ def graph_metadata(config):
         metadata["eos_token_id"] = json.dumps([int(t) for t in config["eos_token_ids"]])
     if "add_dummy_prefix" in config:
         metadata["add_dummy_prefix"] = json.dumps(bool(config["add_dummy_prefix"]))
+    if "x_rounding" in config:
+        metadata["x_rounding"] = config["x_rounding"]
     for key in ("user_defined_token_ids", "control_token_ids"):
         if key in config:
             metadata[key] = json.dumps([int(t) for t in config[key]])

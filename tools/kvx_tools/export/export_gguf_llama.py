@@ -41,6 +41,8 @@ def export_gguf(gguf_path, onnx_path, external_data, requantize=None):
     tokenizer = gguf_tokenizer(reader)
     template = gguf_chat_template(reader)
     config, weights = read_gguf_llama(reader, gguf_path, requantize)
+    if requantize is not None:  # blocks kept: kvx rounds activations as llama.cpp does for them
+        config["x_rounding"] = "ggml"
     if tokenizer.get_vocab_size() != config["vocab_size"]:
         raise GgufError(f"{gguf_path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, the embedding "
                         f"{config['vocab_size']} rows")
