@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/generation/chat_template.h"
 #include "engine/generation/generator.h"
 #include "engine/model/chat_format.h"
 #include "engine/model/model_config.h"
@@ -55,23 +56,18 @@ public:
 
     int32_t turns() const { return turns_; }
     int32_t conversation_tokens() const { return engine_.length(seq_); }
-    int32_t end_of_turn_token() const { return end_of_turn_; }
+    int32_t end_of_turn_token() const { return template_.end_of_turn_token(); }
 
 private:
     // The turn's text in pieces, each with whether the user wrote it.
-    struct Piece {
-        std::string text;
-        bool from_user;
-    };
-    std::vector<Piece> turn_pieces(std::string_view user_message) const;
+    std::vector<ChatTemplate::Piece> turn_pieces(std::string_view user_message) const;
+    const Tokenizer& tokenizer() const { return tokenizer_; }
 
     Engine& engine_;
     const Tokenizer& tokenizer_;
-    const ChatFormat* format_ = nullptr;
-    int32_t bos_ = -1;                   // written before the first turn, or -1
+    ChatTemplate template_;
     std::optional<std::string> system_;  // the system message of the first turn, if any
     bool parse_special_ = false;
-    int32_t end_of_turn_ = -1;
     int32_t pending_token_ = -1;  // the previous answer's last token, not yet in the cache, or -1
     SeqId seq_;
     int32_t turns_ = 0;

@@ -146,10 +146,27 @@ int32_t Engine::forward_and_sample(const SequenceInput& input, Sampler& sampler)
     return backend_->forward_sample(batch_, sampler.options(), uniform);
 }
 
+std::vector<int64_t> Engine::blocks_needed_by(const std::vector<SequenceInput>& inputs) const {
+    std::vector<int64_t> needed(cache_.num_groups(), 0);
+    for (size_t g = 0; g < needed.size(); ++g) {
+        // A sequence whose window frees more than it takes cannot lend blocks to one appended before it.
+        for (const SequenceInput& in : inputs)
+            needed[g] += std::max(0, cache_.group(g).blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size())));
+        needed[g] -= shared_tails_held_only_by(cache_, inputs, g);
+    }
+    return needed;
+}
+
+bool Engine::pool_fits(const std::vector<SequenceInput>& inputs) const {
+    const std::vector<int64_t> needed = blocks_needed_by(inputs);
+    for (size_t g = 0; g < needed.size(); ++g)
+        if (needed[g] > cache_.group(g).pool().num_available()) return false;
+    return true;
+}
+
 size_t Engine::prepare_batch(const std::vector<SequenceInput>& inputs) {
     // Check everything before the cache changes, so that a refused batch leaves no trace.
     const size_t n_groups = cache_.num_groups();
-    std::vector<int64_t> blocks_needed(n_groups, 0);
     size_t n_rows = 0, n_logit_rows = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
         const SequenceInput& in = inputs[i];
@@ -167,15 +184,11 @@ size_t Engine::prepare_batch(const std::vector<SequenceInput>& inputs) {
         if (in.tokens.size() > static_cast<size_t>(max_chunk_))
             throw Error("an input of " + std::to_string(in.tokens.size()) + " tokens exceeds the engine's largest "
                         "chunk of " + std::to_string(max_chunk_) + " (feed it in chunks)");
-        // A sequence whose window frees more than it takes cannot lend blocks to one appended before it.
-        for (size_t g = 0; g < n_groups; ++g)
-            blocks_needed[g] +=
-                std::max(0, cache_.group(g).blocks_needed(in.seq, static_cast<int32_t>(in.tokens.size())));
         n_rows += in.tokens.size();
         n_logit_rows += in.all_logits ? in.tokens.size() : 1;
     }
+    const std::vector<int64_t> blocks_needed = blocks_needed_by(inputs);
     for (size_t g = 0; g < n_groups; ++g) {
-        blocks_needed[g] -= shared_tails_held_only_by(cache_, inputs, g);
         const BlockPool& pool = cache_.group(g).pool();
         if (blocks_needed[g] > pool.num_available())
             throw Error("KV cache pool exhausted" +

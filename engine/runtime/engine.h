@@ -60,6 +60,9 @@ public:
     // A sequence may appear at most once. Throws kvx::Error, with nothing changed, if a sequence would
     // outgrow the context or the pool is short of blocks.
     const std::vector<float>& forward(const std::vector<SequenceInput>& inputs);
+    // Whether the pool has the blocks forward(inputs) would take (new blocks and copies on write, cached
+    // blocks counting as available): a scheduler asks before a pass, and preempts a sequence when not.
+    bool pool_fits(const std::vector<SequenceInput>& inputs) const;
     // Appends one input's tokens and returns the token the sampler picks after its last one. The backend
     // picks it where the logits are when it can (Backend::can_sample: on a GPU only the token then crosses
     // to the host); otherwise the logits come back and the sampler picks. Either way the same token.
@@ -97,6 +100,8 @@ private:
     std::vector<float> logits_;     // [rows][vocab_size], reused between calls
     std::function<void(const CacheEvent&)> observer_;
 
+    // [n_groups] blocks the inputs' appends take from each group's pool, net of what windows release.
+    std::vector<int64_t> blocks_needed_by(const std::vector<SequenceInput>& inputs) const;
     // Checks the inputs, appends them to the cache, runs the copy-on-write copies, and fills batch_;
     // returns the number of logit rows. Throws kvx::Error with nothing changed.
     size_t prepare_batch(const std::vector<SequenceInput>& inputs);

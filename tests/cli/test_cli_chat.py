@@ -13,16 +13,11 @@ import sys
 import time
 import unittest
 
-from kvx_cli import KVX
+from kvx_cli import KVX, render_chat_template
 
 SMOLLM2 = os.environ.get("KVX_SMOLLM2_DIR", "")
 QUESTIONS = ["What is the capital of France?", "And of Italy? Answer in one word."]
 
-
-def render(template, messages):
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(messages=messages, add_generation_prompt=True)
 
 
 class ChatWithSmolLM2(unittest.TestCase):
@@ -54,7 +49,7 @@ class ChatWithSmolLM2(unittest.TestCase):
         self.assertRegex(self.stderr, r"kvx: chat: 2 turns")
 
     def test_first_turn_is_the_rendered_template(self):
-        text = render(self.template, [{"role": "user", "content": QUESTIONS[0]}])
+        text = render_chat_template(self.template, [{"role": "user", "content": QUESTIONS[0]}])
         self.assertEqual(self.turn_tokens(1), self.hf.encode(text, add_special_tokens=False).ids)
 
     def test_second_turn_appends_only_what_the_template_adds(self):
@@ -63,12 +58,12 @@ class ChatWithSmolLM2(unittest.TestCase):
         answered, = self.stat(r"^kvx: turn 1: answered (\d+) tokens")
         first = self.turn_tokens(1)
         second = self.turn_tokens(2)
-        rendered_first = render(self.template, [{"role": "user", "content": QUESTIONS[0]}])
+        rendered_first = render_chat_template(self.template, [{"role": "user", "content": QUESTIONS[0]}])
         # The answer text is whatever the model said (a placeholder here): the template closes it with
         # <|im_end|>, and what follows is what turn 2 must append.
         messages = [{"role": "user", "content": QUESTIONS[0]}, {"role": "assistant", "content": "\x00"},
                     {"role": "user", "content": QUESTIONS[1]}]
-        rendered = render(self.template, messages)
+        rendered = render_chat_template(self.template, messages)
         after_answer = rendered[rendered.index("\x00") + 1:]
         self.assertTrue(rendered.startswith(rendered_first))
         self.assertEqual(second, self.hf.encode(after_answer, add_special_tokens=False).ids)
