@@ -26,6 +26,8 @@ LAYERS = [
     ["engine/model"],                                       # config, weights, family traits
     ["engine/tokenizer", "engine/runtime"],                 # tokenizers; Engine, Backend, DecoderPlan, sampler
     ["engine/generation", "cpu/backend", "cuda/backend"],   # decoding loops; the backends
+    ["engine/serving"],                                     # continuous batching: scheduler, request streams
+    ["tools/kvx/serve"],                                    # kvx serve's HTTP front: the OpenAI API
     ["tools/kvx", "tools/bench/support", "tools/cuda_emulation"],  # the command line, benchmark support
     ["tools/bench/cpu", "tools/bench/cuda", "tools/bench/engine"],  # benchmarks (and kvx_cuda_decode)
     ["tools/bench"],                                        # kvx-bench and kvx_read_bandwidth: the mains

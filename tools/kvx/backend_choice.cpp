@@ -102,8 +102,9 @@ LoadedModel load_model_for_run(const RunOptions& options) {
     return loaded;
 }
 
-void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks) {
+void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks, int32_t max_chunk) {
     EngineOptions engine_options;
+    engine_options.max_chunk = max_chunk;
     engine_options.context = options.context;
     engine_options.block_size = options.block_size;
     engine_options.num_blocks = num_blocks;

@@ -39,9 +39,10 @@ struct LoadedModel {
 // without a GPU or in a build without CUDA, a missing model, ...).
 LoadedModel load_for_run(const RunOptions& options);
 // The same in two steps, for a command that sizes the KV pool from the prompt (beam search): the model
-// alone (engine null), then its engine with num_blocks blocks (0 = one sequence of the whole context).
+// alone (engine null), then its engine with num_blocks blocks (0 = one sequence of the whole context) and
+// passes of at most max_chunk tokens per sequence (0 = the context).
 LoadedModel load_model_for_run(const RunOptions& options);
-void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks = 0);
+void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_blocks = 0, int32_t max_chunk = 0);
 
 // "kvx: weights q4 block 32 (fp16 scales), f32 embedding": the stats line naming how the matrices are stored.
 void print_weight_format(const Model& model);

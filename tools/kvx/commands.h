@@ -11,5 +11,6 @@ void add_logits_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace kvx::cli

@@ -16,13 +16,14 @@ int main(int argc, char** argv) {
     kvx::cli::add_convert_command(app);
     kvx::cli::add_tokenize_command(app);
     kvx::cli::add_perplexity_command(app);
+    kvx::cli::add_serve_command(app);
     const auto is_command = [&](const char* name) {
         for (const CLI::App* command : app.get_subcommands({}))
             if (command->get_name() == name) return true;
         return false;
     };
     if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
-        std::fprintf(stderr, "kvx: unknown command '%s' (commands: generate, chat, logits, tokenize, perplexity, convert; see --help)\n",
+        std::fprintf(stderr, "kvx: unknown command '%s' (commands: generate, chat, serve, logits, tokenize, perplexity, convert; see --help)\n",
                      argv[1]);
         return 2;
     }
