@@ -27,6 +27,7 @@ struct ServeOptions {
     int32_t kv_blocks = 0;
     int64_t kv_memory = 0;
     double shutdown_grace = 5;
+    std::string alias;  // the model's id in the API; empty: the model directory's name
 };
 
 constexpr int64_t kDefaultKvMemory = int64_t{1} << 30;
@@ -72,8 +73,10 @@ void run_serve(ServeOptions o) {
     const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(loaded.model->dir, config);
 
     serve::ServedModel model;
-    model.id = std::filesystem::path(loaded.model->dir).lexically_normal().filename().string();
-    if (model.id.empty()) model.id = std::filesystem::path(loaded.model->dir).lexically_normal().parent_path().filename().string();
+    const std::filesystem::path dir = std::filesystem::path(loaded.model->dir).lexically_normal();
+    model.id = !o.alias.empty()          ? o.alias
+               : !dir.filename().empty() ? dir.filename().string()
+                                         : dir.parent_path().filename().string();  // "dir/" names "dir"
     model.config = &config;
     model.tokenizer = tokenizer.get();
     model.context = engine.context();
@@ -143,6 +146,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--http-threads", o->http.threads, "Connections served at once (a streaming request holds one)")
         ->check(CLI::Range(1, 4096))
         ->capture_default_str();
+    cmd->add_option("--alias", o->alias, "The model's id in the API (default: the model directory's name)");
     cmd->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' on every request but /health");
     cmd->add_option("--shutdown-grace", o->shutdown_grace,
                     "Seconds running requests may finish after SIGINT or SIGTERM")
