@@ -59,6 +59,11 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOption
     if (options_.max_waiting < 1) throw Error("the request queue must hold at least 1 request");
     if (options_.step_tokens < 1) throw Error("a step must take at least 1 token");
     metrics_.kv = engine_.cache_usage_by_group();
+    const KvCacheGroups& groups = engine_.cache_groups();
+    block_size_ = groups.block_size();
+    for (size_t g = 0; g < groups.num_groups(); ++g)  // a windowed group is bounded by its window, and sized for it
+        if (groups.spec(g).window == 0)
+            full_pool_blocks_ = std::min(full_pool_blocks_, groups.group(g).pool().num_blocks());
 }
 
 Scheduler::~Scheduler() = default;
@@ -84,14 +89,10 @@ std::shared_ptr<RequestStream> Scheduler::submit(ServeRequest request) {
     if (q.n < 1 || q.n > options_.max_seqs)
         throw Error("n must be from 1 to " + std::to_string(options_.max_seqs) + " (the server's --max-seqs)");
     // One choice alone must fit the pool, or preemption could never make room for it.
-    const KvCacheGroups& groups = engine_.cache_groups();
-    for (size_t g = 0; g < groups.num_groups(); ++g) {
-        if (groups.spec(g).window > 0) continue;  // bounded by its window, and sized for it by the engine
-        const int32_t needed = ceil_div(total, groups.block_size()) + 1;
-        if (needed > groups.group(g).pool().num_blocks())
-            throw Error("the prompt and max_tokens need " + std::to_string(needed) + " KV blocks, more than the " +
-                        std::to_string(groups.group(g).pool().num_blocks()) + " the server's pool has");
-    }
+    const int32_t needed = ceil_div(total, block_size_) + 1;
+    if (needed > full_pool_blocks_)
+        throw Error("the prompt and max_tokens need " + std::to_string(needed) + " KV blocks, more than the " +
+                    std::to_string(full_pool_blocks_) + " the server's pool has");
     Sampler check(q.sampling);  // throws for out-of-range options
 
     auto r = std::make_unique<Request>();
@@ -384,6 +385,7 @@ void Scheduler::publish_metrics(uint64_t prefill_rows, uint64_t decode_rows) {
     if (prefill_rows + decode_rows > 0) {
         rate_.add(now, prefill_rows, decode_rows);
         ++metrics_.steps;
+        metrics_.batched_steps += step_.size() > 1 ? 1 : 0;
     }
     rate_.rates(now, metrics_.prefill_tokens_per_second, metrics_.decode_tokens_per_second);
     metrics_.prefill_tokens += prefill_rows;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -91,6 +92,10 @@ private:
     Engine& engine_;
     const Tokenizer& tokenizer_;
     const SchedulerOptions options_;
+
+    // Read by submitting threads, fixed at construction (the cache itself is the engine thread's alone).
+    int32_t block_size_ = 16;
+    int32_t full_pool_blocks_ = INT32_MAX;  // the smallest pool of a group without a window
 
     // Shared with submitting threads, under mutex_.
     mutable std::mutex mutex_;

@@ -34,6 +34,7 @@ struct ServingMetrics {
     uint64_t prefill_tokens = 0;     // rows computed for prompts (and recomputation after preemption)
     uint64_t decode_tokens = 0;      // rows computed for sampled tokens
     uint64_t steps = 0;              // forward passes
+    uint64_t batched_steps = 0;      // of those, passes holding rows of two or more sequences
     uint64_t cache_check_failures = 0;  // failed invariant checks (only with checks on)
     double prefill_tokens_per_second = 0;  // over the last rate window
     double decode_tokens_per_second = 0;

@@ -105,8 +105,10 @@ class ServeSmolLM2(unittest.TestCase):
                                                   temperature=r["temperature"], seed=r["seed"], top_p=r["top_p"],
                                                   extra_body={"top_k": r["top_k"]}).choices[0].text
 
+        before = self.server.metrics()
         with ThreadPoolExecutor(16) as pool:
             got = list(pool.map(served, requests))
+        self.assertGreater(self.server.metrics()["kvx_batched_steps_total"], before["kvx_batched_steps_total"])
         for r, g in zip(requests, got):
             self.assertEqual(g, alone(r), r)
         m = self.server.wait_idle()

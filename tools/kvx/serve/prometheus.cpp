@@ -78,6 +78,8 @@ std::string prometheus_text(const ServingMetrics& m) {
     w.single("kvx_decode_tokens_per_second", "gauge", "Decode rows per second over the last 10 seconds.",
              m.decode_tokens_per_second);
     w.single("kvx_steps_total", "counter", "Forward passes.", static_cast<double>(m.steps));
+    w.single("kvx_batched_steps_total", "counter", "Forward passes holding rows of two or more sequences.",
+             static_cast<double>(m.batched_steps));
     w.single("kvx_cache_check_failures_total", "counter", "Failed KV cache invariant checks (kvx serve --check-cache).",
              static_cast<double>(m.cache_check_failures));
 
