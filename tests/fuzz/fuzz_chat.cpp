@@ -9,57 +9,22 @@
 #include <memory>
 
 #include "engine/generation/chat_session.h"
-#include "engine/tokenizer/bpe_spec.h"
-#include "engine/tokenizer/tokenizer_bpe.h"
 #include "fuzz_support.h"
 
-namespace {
-
 using namespace kvx;
-
-constexpr int32_t kImStart = 50257, kImEnd = 50258, kVocab = 50259;
-
-const BpeTokenizer& chatml_gpt2() {
-    static const BpeTokenizer tokenizer = [] {
-        BpeTokenizerSpec spec = read_gpt2_tokenizer(KVX_TESTDATA_DIR "/models/gpt2-tokenizer/encoder.json",
-                                                    KVX_TESTDATA_DIR "/models/gpt2-tokenizer/vocab.bpe");
-        spec.added_tokens.push_back({kImStart, "<|im_start|>", true, false, false, false, false});
-        spec.added_tokens.push_back({kImEnd, "<|im_end|>", true, false, false, false, false});
-        return BpeTokenizer(spec);
-    }();
-    return tokenizer;
-}
-
-// Logits that always favour token 11 (","): an answer of a few tokens, no work.
-class CommaBackend final : public Backend {
-public:
-    std::string name() const override { return "comma"; }
-    void allocate_kv(const DecoderPlan&) override {}
-    void copy_blocks(std::span<const std::vector<BlockCopy>>) override {}
-    void forward(const ForwardBatch& batch, float* logits) override {
-        std::fill(logits, logits + batch.logit_rows.size() * kVocab, 0.0f);
-        for (size_t i = 0; i < batch.logit_rows.size(); ++i) logits[i * kVocab + 11] = 1.0f;
-    }
-};
-
-}  // namespace
+using fuzz::kImEnd;
+using fuzz::kImStart;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FuzzedDataProvider input(data, size);
-    ModelConfig config;
-    config.dim = config.hidden_dim = config.head_dim = 2;
-    config.n_layers = config.n_heads = config.n_kv_heads = 1;
-    config.vocab_size = kVocab;
-    config.max_seq_len = 256;
-    config.has_chat = true;
-    config.chat.format = "chatml";
+    const ModelConfig config = fuzz::chatml_config();
     EngineOptions options;
     options.block_size = 16;
-    Engine engine(config, std::make_unique<CommaBackend>(), options);
+    Engine engine(config, std::make_unique<fuzz::CommaBackend>(), options);
     std::optional<std::string> system;
     if (input.ConsumeBool()) system = input.ConsumeRandomLengthString(256);
     const bool parse_special = input.ConsumeBool();
-    ChatSession chat(engine, config, chatml_gpt2(), system, parse_special);
+    ChatSession chat(engine, config, fuzz::chatml_gpt2(), system, parse_special);
     Sampler sampler(SamplerOptions{.temperature = 0.0f});
     while (input.remaining_bytes() > 0) {
         const std::string message = input.ConsumeRandomLengthString(512);

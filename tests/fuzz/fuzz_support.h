@@ -11,6 +11,9 @@
 #include <string>
 #include <string_view>
 
+#include "engine/model/model_config.h"
+#include "engine/runtime/backend.h"
+#include "engine/tokenizer/tokenizer_bpe.h"
 #include "kernels/error.h"
 
 namespace kvx::fuzz {
@@ -36,5 +39,20 @@ void accepted_or_refused(F f) {
         if (std::getenv("KVX_FUZZ_VERBOSE")) std::fprintf(stderr, "kvx fuzz: refused: %s\n", e.what());
     }
 }
+
+// A model for the targets that run an engine without weights: GPT-2's tokenizer with ChatML's markers as
+// special tokens, a config of one tiny layer with the chatml template and a context of 256, and a backend
+// that computes nothing and always favours token 11 (","): answers of a few tokens, no work.
+constexpr int32_t kImStart = 50257, kImEnd = 50258, kVocab = 50259;
+const BpeTokenizer& chatml_gpt2();
+ModelConfig chatml_config();
+
+class CommaBackend final : public Backend {
+public:
+    std::string name() const override { return "comma"; }
+    void allocate_kv(const DecoderPlan&) override {}
+    void copy_blocks(std::span<const std::vector<BlockCopy>>) override {}
+    void forward(const ForwardBatch& batch, float* logits) override;
+};
 
 }  // namespace kvx::fuzz
