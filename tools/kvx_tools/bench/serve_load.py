@@ -121,7 +121,7 @@ def run_load(port, prompts, concurrency, poll_kv):
     total = max(8, 2 * concurrency)
     lock = threading.Lock()
     next_request = [0]
-    results = []
+    results, errors = [], []
     peak = [0]
     done = threading.Event()
 
@@ -132,7 +132,11 @@ def run_load(port, prompts, concurrency, poll_kv):
                 if i >= total:
                     return
                 next_request[0] += 1
-            r = stream_request(port, prompts[i % len(prompts)])
+            try:
+                r = stream_request(port, prompts[i % len(prompts)])
+            except Exception as e:  # noqa: BLE001 - reported after the run
+                errors.append(e)
+                return
             with lock:
                 results.append(r)
 
@@ -154,6 +158,8 @@ def run_load(port, prompts, concurrency, poll_kv):
     done.set()
     if watcher:
         watcher.join()
+    if errors:
+        raise errors[0]
     tokens = sum(r[2] for r in results)
     assert tokens == total * NEW_TOKENS, f"{tokens} tokens for {total} requests"
     ttft = [r[0] for r in results]
@@ -201,12 +207,12 @@ def main():
     kvx_port, llama_port = free_port(), free_port()
     kvx = Server("kvx serve", [args.kvx, "serve", "-m", str(kvx_dir), "--port", str(kvx_port), "-c", str(CONTEXT),
                                "--max-seqs", str(slots), "--kv-dtype", "f16", "-t", str(args.threads),
-                               "--block-size", str(BLOCK_SIZE), "--http-threads", str(slots + 8)],
-                 env={**os.environ, "OMP_WAIT_POLICY": "passive"})
+                               "--block-size", str(BLOCK_SIZE), "--http-threads", str(slots + 8), "--alias", "smollm2"],
+                 env=os.environ)
     llama = Server("llama-server", [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port",
                                     str(llama_port), "-c", str(CONTEXT * slots), "-np", str(slots), "-t",
                                     str(args.threads), "-tb", str(args.threads), "--cont-batching",
-                                    "--threads-http", str(slots + 8)])
+                                    "--threads-http", str(slots + 8), "--alias", "smollm2"])
     try:
         kvx.wait_ready(kvx_port)
         llama.wait_ready(llama_port)
