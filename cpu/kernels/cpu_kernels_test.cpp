@@ -211,7 +211,7 @@ TEST_CASE("matmuls gives each part the bits of its own matmul", "[matmul]") {
 }
 
 // fp16 weights in row groups (kernels/f16_row_groups.h), as the CPU backend copies them, must give the bits of
-// the same weights in rows: the GEMV reads them with another loop, a batch of 2 to 16 rows with a third, the
+// the same weights in rows: the GEMV reads them with another loop, a batch of 2 to 64 rows with a third, the
 // GEMM packs from them. Shapes with k not
 // a multiple of 16 (padded chunks) or of a depth block, m not a multiple of 8 (padded rows), on 1 and 2
 // threads, where a share can start or end inside a group; and three parts whose groups straddle shares.
@@ -230,7 +230,7 @@ TEST_CASE("matmuls on fp16 row groups gives the bits of fp16 rows", "[matmul][f1
         return out;
     };
     uint32_t seed = 1300;
-    for (int n : {1, 2, 3, 16, 33})  // 2 .. 16: the batched GEMV; 33: the GEMM
+    for (int n : {1, 2, 3, 33, 65})  // 2 .. 64: the batched GEMV; 65: the GEMM
         for (int k : {1, 7, 16, 17, 172, 511, 513, 576, 1100})
             for (int m : {1, 7, 8, 9, 17, 64}) {
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);  // [n][k]
