@@ -87,6 +87,7 @@ void run_serve(ServeOptions o) {
         model.no_chat_reason = e.what();
     }
 
+    if (o.http.threads == 0) o.http.threads = o.scheduler.max_seqs + 32;
     Scheduler scheduler(engine, *tokenizer, o.scheduler);
     serve::ApiServer server(model, scheduler, o.http);
     const int port = server.bind();
@@ -143,9 +144,10 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--max-queue", o->scheduler.max_waiting, "Requests waiting before new ones get 503")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
-    cmd->add_option("--http-threads", o->http.threads, "Connections served at once (a streaming request holds one)")
-        ->check(CLI::Range(1, 4096))
-        ->capture_default_str();
+    cmd->add_option("--http-threads", o->http.threads,
+                    "Connections served at once (a streaming request holds one; default: max-seqs + 32, so that "
+                    "waiting requests reach the queue and its 503)")
+        ->check(CLI::Range(1, 4096));
     cmd->add_option("--alias", o->alias, "The model's id in the API (default: the model directory's name)");
     cmd->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' on every request but /health");
     cmd->add_option("--shutdown-grace", o->shutdown_grace,

@@ -24,7 +24,7 @@ struct HttpOptions {
     std::string host = "127.0.0.1";
     int port = 8080;        // 0: any free port (bind() says which)
     std::string api_key;    // empty: no authentication
-    int threads = 8;        // connections served at once (a streaming request holds one)
+    int threads = 0;        // connections served at once (a streaming request holds one); kvx serve sets it
     size_t max_body = 8u << 20;
 };
 
