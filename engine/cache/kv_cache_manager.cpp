@@ -22,10 +22,6 @@ const KvCacheConfig& validated(const KvCacheConfig& c) {
     return c;
 }
 
-int32_t blocks_for(int64_t tokens, int32_t block_size) {
-    return static_cast<int32_t>((tokens + block_size - 1) / block_size);
-}
-
 }  // namespace
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)

@@ -75,6 +75,11 @@ struct KvCacheConfig {
 // window: what KvCacheManager refuses, asked before anything is sized by the config.
 void check_kv_cache_config(const KvCacheConfig& config);
 
+// The blocks of block_size tokens that hold `tokens` tokens of one sequence (block_size >= 1).
+inline int32_t blocks_for(int64_t tokens, int32_t block_size) {
+    return static_cast<int32_t>((tokens + block_size - 1) / block_size);
+}
+
 class KvCacheManager {
 public:
     explicit KvCacheManager(const KvCacheConfig& config);

@@ -21,8 +21,6 @@ int32_t resolve_max_chunk(int32_t context, const EngineOptions& options) {
     return options.max_chunk == 0 ? context : std::min(options.max_chunk, context);
 }
 
-int32_t ceil_div(int64_t a, int32_t b) { return static_cast<int32_t>((a + b - 1) / std::max(b, 1)); }
-
 // The pools of the model's layer groups. The full group gets num_blocks (default: one sequence of `context`
 // tokens). A windowed group holds at most ceil((W - 1 + max_chunk) / block_size) + 1 blocks per sequence
 // (docs/kv-cache.md), never more than the full context's blocks: its pool gets that for as many sequences
@@ -30,10 +28,10 @@ int32_t ceil_div(int64_t a, int32_t b) { return static_cast<int32_t>((a + b - 1)
 std::vector<LayerGroupSpec> engine_groups(const ModelConfig& config, int32_t context, int32_t max_chunk,
                                           const EngineOptions& options) {
     if (options.num_blocks < 0) throw Error("the number of KV blocks must be positive");
-    const int32_t bs = options.block_size;
-    const int32_t context_blocks = ceil_div(context, bs);
+    const int32_t bs = std::max(options.block_size, 1);  // a bad size is refused with the pools, not here
+    const int32_t context_blocks = blocks_for(context, bs);
     const int32_t full_blocks = options.num_blocks > 0 ? options.num_blocks : context_blocks;
-    const int32_t per_seq = std::min(context_blocks, ceil_div(int64_t{config.sliding_window} - 1 + max_chunk, bs) + 1);
+    const int32_t per_seq = std::min(context_blocks, blocks_for(int64_t{config.sliding_window} - 1 + max_chunk, bs) + 1);
     const int64_t sequences = std::max(1, full_blocks / std::max(context_blocks, 1));
     const auto window_blocks = static_cast<int32_t>(std::min<int64_t>(full_blocks, sequences * per_seq));
     std::vector<LayerGroupSpec> groups = layer_groups(config.n_layers, config.sliding_window,

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "engine/cache/kv_cache_manager.h"
 #include "engine/serving/stop_strings.h"
 #include "engine/serving/token_logprobs.h"
 #include "kernels/error.h"
@@ -49,7 +50,13 @@ namespace {
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-int32_t ceil_div(int64_t a, int32_t b) { return static_cast<int32_t>((a + b - 1) / b); }
+// Puts c into `queue` (oldest first) after every choice older than it.
+template <class Queue, class Item>
+void insert_by_age(Queue& queue, Item* c) {
+    queue.insert(std::upper_bound(queue.begin(), queue.end(), c,
+                                  [](const Item* a, const Item* b) { return a->older_than(*b); }),
+                 c);
+}
 
 }  // namespace
 
@@ -89,7 +96,7 @@ std::shared_ptr<RequestStream> Scheduler::submit(ServeRequest request) {
     if (q.n < 1 || q.n > options_.max_seqs)
         throw Error("n must be from 1 to " + std::to_string(options_.max_seqs) + " (the server's --max-seqs)");
     // One choice alone must fit the pool, or preemption could never make room for it.
-    const int32_t needed = ceil_div(total, block_size_) + 1;
+    const int32_t needed = blocks_for(total, block_size_) + 1;
     if (needed > full_pool_blocks_)
         throw Error("the prompt and max_tokens need " + std::to_string(needed) + " KV blocks, more than the " +
                     std::to_string(full_pool_blocks_) + " the server's pool has");
@@ -158,20 +165,17 @@ void Scheduler::remove_running(Choice& c) {
     c.fed = 0;
 }
 
-void Scheduler::end_request(Request& r, FinishReason reason, const std::string* error) {
-    for (auto& c : r.choices) {
-        if (c->state == Choice::State::finished) continue;
-        if (c->state == Choice::State::running) remove_running(*c);
-        if (c->state == Choice::State::waiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), c.get()));
-        c->state = Choice::State::finished;
-        if (!error) {
-            ChoiceDelta delta;
-            delta.choice = c->index;
-            delta.text = c->stops.flush();
-            delta.finish = reason;
-            r.stream->push(std::move(delta));
-        }
-    }
+void Scheduler::close_choice(Choice& c, FinishReason reason, ChoiceDelta* last) {
+    if (c.state == Choice::State::running) remove_running(c);
+    if (c.state == Choice::State::waiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &c));
+    c.state = Choice::State::finished;
+    if (!last) return;
+    last->text += c.stops.flush();
+    last->finish = reason;
+    c.request->stream->push(std::move(*last));
+}
+
+void Scheduler::close_request(Request& r, FinishReason reason, const std::string* error) {
     r.open_choices = 0;
     r.ended = true;
     if (error)
@@ -180,6 +184,16 @@ void Scheduler::end_request(Request& r, FinishReason reason, const std::string* 
         r.stream->finish(r.usage);
     std::lock_guard lock(metrics_mutex_);
     ++(reason == FinishReason::abort ? metrics_.requests_aborted : metrics_.requests_finished);
+}
+
+void Scheduler::end_request(Request& r, FinishReason reason, const std::string* error) {
+    for (auto& c : r.choices) {
+        if (c->state == Choice::State::finished) continue;
+        ChoiceDelta last;
+        last.choice = c->index;
+        close_choice(*c, reason, error ? nullptr : &last);
+    }
+    close_request(r, reason, error);
 }
 
 void Scheduler::end_cancelled() {
@@ -203,7 +217,7 @@ void Scheduler::admit() {
         if (slots_in_use_ + slots > options_.max_seqs) break;
         // Blocks for the part of its tokens not cached, and one per running sequence for this step's decode row.
         const int32_t cached = engine_.cache().cached_prefix_blocks(c.tokens) * bs;
-        const int64_t needed = ceil_div(static_cast<int64_t>(c.tokens.size()) - cached, bs) + 1 +
+        const int64_t needed = blocks_for(static_cast<int64_t>(c.tokens.size()) - cached, bs) + 1 +
                                static_cast<int64_t>(running_.size());
         if (!running_.empty() && needed > engine_.cache().pool().num_available()) break;
         const SequenceStart start = engine_.start_sequence(c.tokens);
@@ -219,9 +233,7 @@ void Scheduler::admit() {
             metrics_.cached_prompt_tokens += static_cast<uint64_t>(start.cached_tokens);
         }
         waiting_.pop_front();
-        running_.insert(std::upper_bound(running_.begin(), running_.end(), &c,
-                                         [](const Choice* a, const Choice* b) { return a->older_than(*b); }),
-                        &c);
+        insert_by_age(running_, &c);
         slots_in_use_ += slots;
     }
 }
@@ -229,9 +241,7 @@ void Scheduler::admit() {
 void Scheduler::preempt(Choice& c) {
     remove_running(c);
     c.state = Choice::State::waiting;
-    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), &c,
-                                     [](const Choice* a, const Choice* b) { return a->older_than(*b); }),
-                    &c);
+    insert_by_age(waiting_, &c);
     std::lock_guard lock(metrics_mutex_);
     ++metrics_.preemptions;
 }
@@ -279,25 +289,13 @@ void Scheduler::fork_siblings(Choice& first) {
         s.tokens = first.tokens;
         s.fed = first.fed;
         s.state = Choice::State::running;
-        running_.insert(std::upper_bound(running_.begin(), running_.end(), &s,
-                                         [](const Choice* a, const Choice* b) { return a->older_than(*b); }),
-                        &s);
+        insert_by_age(running_, &s);
     }
 }
 
 void Scheduler::finish_choice(Choice& c, FinishReason reason, ChoiceDelta delta) {
-    Request& r = *c.request;
-    remove_running(c);
-    c.state = Choice::State::finished;
-    delta.text += c.stops.flush();
-    delta.finish = reason;
-    r.stream->push(std::move(delta));
-    if (--r.open_choices == 0) {
-        r.ended = true;
-        r.stream->finish(r.usage);
-        std::lock_guard lock(metrics_mutex_);
-        ++metrics_.requests_finished;
-    }
+    close_choice(c, reason, &delta);
+    if (--c.request->open_choices == 0) close_request(*c.request, reason, nullptr);
 }
 
 void Scheduler::sample(Choice& c, const float* logits) {

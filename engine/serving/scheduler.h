@@ -81,8 +81,14 @@ private:
     void run_step(uint64_t& prefill_rows, uint64_t& decode_rows);
     void sample(Choice& c, const float* logits);
     void fork_siblings(Choice& first);
+    // A choice that ended by itself: `delta` (its last token, if any) goes out with the reason.
     void finish_choice(Choice& c, FinishReason reason, ChoiceDelta delta);
+    // Every open choice of r ends with `reason`; with an error the stream fails instead of finishing.
     void end_request(Request& r, FinishReason reason, const std::string* error);
+    // Takes c out of the waiting or running list; sends `last` (null: nothing) with the text its stop strings
+    // held back and the reason.
+    void close_choice(Choice& c, FinishReason reason, ChoiceDelta* last);
+    void close_request(Request& r, FinishReason reason, const std::string* error);
     void preempt(Choice& c);
     void remove_running(Choice& c);
     void sweep_finished();

@@ -25,12 +25,6 @@ const KernelTable& kernels_for(const std::string& simd) {
     throw Error("unknown --simd '" + simd + "' (use auto, avx512, avx2, portable or reference)");
 }
 
-KvDtype kv_dtype_for(const std::string& name) {
-    if (name == "f32") return KvDtype::f32;
-    if (name == "f16") return KvDtype::f16;
-    throw Error("unknown --kv-dtype '" + name + "' (use f32 or f16)");
-}
-
 // --simd, else $KVX_SIMD where --simd is auto.
 std::string chosen_simd(const RunOptions& options) {
     if (options.simd == "auto")
@@ -59,6 +53,12 @@ std::unique_ptr<Backend> make_backend(const Model& model, const RunOptions& opti
 }
 
 }  // namespace
+
+KvDtype kv_dtype_for(const std::string& name) {
+    if (name == "f32") return KvDtype::f32;
+    if (name == "f16") return KvDtype::f16;
+    throw Error("unknown --kv-dtype '" + name + "' (use f32 or f16)");
+}
 
 void add_run_options(CLI::App& command, RunOptions& o) {
     command.add_option("-m,--model", o.model_dir, "Model directory written by 'kvx convert' (default: the built-in stories260K)");

@@ -25,6 +25,9 @@ struct RunOptions {
 
 void add_run_options(CLI::App& command, RunOptions& options);
 
+// --kv-dtype's value as the engine's dtype; throws kvx::Error for another name.
+KvDtype kv_dtype_for(const std::string& name);
+
 // The model directory to use: the one asked for, else $KVX_MODEL, else the built-in model in kvx's data
 // folder (data_dir.h; a kvx::Error when that was not built).
 std::string resolve_model_dir(const std::string& requested);

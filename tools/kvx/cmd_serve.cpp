@@ -12,6 +12,8 @@
 
 #include "backend_choice.h"
 #include "commands.h"
+#include "engine/cache/kv_cache_manager.h"
+#include "engine/runtime/decoder_plan.h"
 #include "engine/serving/scheduler.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
@@ -32,17 +34,17 @@ struct ServeOptions {
 
 constexpr int64_t kDefaultKvMemory = int64_t{1} << 30;
 
-// KV bytes of one block, every layer counted (a windowed layer group's pool is sized from the full one's).
+// KV bytes of one block, every layer counted (a windowed layer group's pool is sized from the full one's): the
+// plan's bytes per block of one group that holds every layer.
 int64_t kv_block_bytes(const ModelConfig& c, const RunOptions& run) {
-    const int64_t elem = run.kv_dtype == "f16" ? 2 : 4;
-    return 2 * int64_t{c.n_layers} * c.n_kv_heads * c.head_dim * run.block_size * elem;
+    const DecoderPlan plan(c, layer_groups(c.n_layers, 0, {}, 1, 1), run.block_size, kv_dtype_for(run.kv_dtype));
+    return static_cast<int64_t>(plan.kv().bytes_per_block(0));
 }
 
 // --kv-blocks, else what --kv-memory holds, else enough for max-seqs sequences of the whole context within
 // 1 GiB; never less than one sequence of the whole context.
 int32_t pool_blocks(const ServeOptions& o, const ModelConfig& c, int32_t context) {
-    const int32_t bs = std::max(o.run.block_size, 1);
-    const int64_t per_context = (context + bs - 1) / bs + 1;
+    const int64_t per_context = blocks_for(context, std::max(o.run.block_size, 1)) + 1;
     if (o.kv_blocks > 0) return o.kv_blocks;
     const int64_t bytes = std::max<int64_t>(kv_block_bytes(c, o.run), 1);
     if (o.kv_memory > 0) {
