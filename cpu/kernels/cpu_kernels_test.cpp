@@ -230,7 +230,7 @@ TEST_CASE("matmuls on fp16 row groups gives the bits of fp16 rows", "[matmul][f1
         return out;
     };
     uint32_t seed = 1300;
-    for (int n : {1, 2, 3, 33, 65})  // 2 .. 64: the batched GEMV; 65: the GEMM
+    for (int n : {1, 2, 3, 5, 16, 33, 65})  // 2 .. 64: the batched GEMV (tiles of 1 to 3 rows); 65: the GEMM
         for (int k : {1, 7, 16, 17, 172, 511, 513, 576, 1100})
             for (int m : {1, 7, 8, 9, 17, 64}) {
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);  // [n][k]

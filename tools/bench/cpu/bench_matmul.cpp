@@ -2,7 +2,9 @@
 // and of a 1B-class model, weights from DRAM as in a decode step: each call reads the next of a rotation
 // of copies of the matrix that together far exceed the L3 cache, in huge pages as the engine's weights are.
 // gemv/f16 reads fp16 row groups, the layout the CPU backend copies fp16 weights into
-// (kernels/f16_row_groups.h); gemv/f16-rows the model directory's rows.
+// (kernels/f16_row_groups.h); gemv/f16-rows the model directory's rows. gemv_batch/f16 gives a few x rows
+// at once (a server's decode batch, gemv_f16_groups_batch in matmul.inc) the same row groups: its GFLOP/s
+// against kvx-bench's peak FMA rate says how close to compute-bound the batch is.
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -89,6 +91,31 @@ void gemv(benchmark::State& state) {
     report_per_call(state, bytes, 2.0 * static_cast<double>(matrix));
 }
 
+// Arguments: threads, rows (x rows), k, m. fp16 row groups only: the batch path takes nothing else.
+void gemv_batch(benchmark::State& state) {
+    use_threads(state);
+    const int n = static_cast<int>(state.range(1));
+    const int k = static_cast<int>(state.range(2));
+    const int m = static_cast<int>(state.range(3));
+    GemvData<uint16_t>& d = reuse_or_make<GemvData<uint16_t>>(std::make_tuple(k, m, true),
+                                                              [&] { return make_data<uint16_t>(k, m, true); });
+    std::vector<float> x(static_cast<size_t>(n) * k);    // [n][k]
+    std::vector<float> out(static_cast<size_t>(n) * m);  // [n][m]
+    fill_random(x, 7);
+    const KernelTable& kernels = kernels_under_test();
+    const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
+    size_t copy = 0;
+    for (auto _ : state) {
+        const MatmulPart part{.out = out.data(), .w_f16_groups = d.matrix(copy), .m = m};
+        kernels.matmuls(&part, 1, x.data(), n, k);
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+        copy = copy + 1 == d.copies ? 0 : copy + 1;
+    }
+    const double bytes = static_cast<double>(matrix * sizeof(uint16_t)) + 4.0 * n * (k + m);
+    report_per_call(state, bytes, 2.0 * n * static_cast<double>(matrix));
+}
+
 void model_shapes(benchmark::internal::Benchmark* b) {
     // {k, m}: SmolLM2-135M (dim 576, kv 192, hidden 1536, vocab 49152), then a 1B-class model (dim 2048,
     // kv 512, hidden 8192).
@@ -102,6 +129,12 @@ void model_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(gemv<float>)->Name("gemv/f32")->Apply(model_shapes);
 BENCHMARK(gemv<uint16_t, true>)->Name("gemv/f16")->Apply(model_shapes);
 BENCHMARK(gemv<uint16_t>)->Name("gemv/f16-rows")->Apply(model_shapes);
+// SmolLM2-135M's shapes at 2, 16 and 64 rows.
+BENCHMARK(gemv_batch)->Name("gemv_batch/f16")->Apply([](benchmark::internal::Benchmark* b) {
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{576, 576}, {576, 1536}, {1536, 576}, {576, 49152}};
+    for (const auto& [k, m] : shapes)
+        sweep(b, {"threads", "rows", "k", "m"}, {thread_counts(), {2, 16, 64}, {k}, {m}});
+});
 
 }  // namespace
 }  // namespace kvx::bench
