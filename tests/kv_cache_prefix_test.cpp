@@ -87,16 +87,61 @@ TEST_CASE("the last prompt token is never taken from the cache", "[cache][prefix
     KvCacheManager m = manager(16, 4);
     const std::vector<int32_t> prompt = token_run(12, 3);
     cache_prompt(m, prompt);
-    CHECK(m.cached_prefix_blocks(prompt) == 2);  // 12 tokens: the third block holds the last one
+    CHECK(m.cached_prefix_blocks(prompt) == 3);  // 12 tokens: three full blocks, all cached
     CHECK(m.cached_prefix_blocks(concat(prompt, {1})) == 3);
     CHECK(m.cached_prefix_blocks(std::vector<int32_t>(prompt.begin(), prompt.begin() + 5)) == 1);
-    CHECK(m.cached_prefix_blocks(std::vector<int32_t>(prompt.begin(), prompt.begin() + 4)) == 0);
+    CHECK(m.cached_prefix_blocks(std::vector<int32_t>(prompt.begin(), prompt.begin() + 4)) == 1);
+    CHECK(m.cached_prefix_blocks(std::vector<int32_t>(prompt.begin(), prompt.begin() + 3)) == 0);
     CHECK(m.cached_prefix_blocks({}) == 0);
-    CHECK_THROWS_WITH(m.create_sequence(prompt, 3), Catch::Contains("cannot start a sequence on 3 cached blocks"));
+    CHECK_THROWS_WITH(m.create_sequence(prompt, 4), Catch::Contains("cannot start a sequence on 4 cached blocks"));
     CHECK_THROWS_WITH(m.create_sequence(token_run(12, 4), 1), Catch::Contains("only 0 are cached"));
     CHECK_THROWS_WITH(m.create_sequence(prompt, -1), Catch::Contains("cannot start"));
     m.check_invariants();
     CHECK(m.num_sequences() == 0);
+
+    // Cached whole, the prompt starts one token short: its last token is computed again.
+    const SequenceStart whole = m.start_sequence(prompt);
+    CHECK(whole.cached_tokens == 11);
+    CHECK(m.length(whole.seq) == 11);
+    CHECK(m.block_table(whole.seq).size() == 3);
+    CHECK(m.chain(whole.seq).size() == 2);  // the third block is not full from the sequence's side
+    m.check_invariants();
+    const SequenceStart part = m.start_sequence(std::vector<int32_t>(prompt.begin(), prompt.begin() + 4));
+    CHECK(part.cached_tokens == 3);
+    m.check_invariants();
+}
+
+TEST_CASE("a prompt cached whole writes its last token into its last block, copied where shared", "[cache][prefix]") {
+    KvCacheManager m = manager(16, 4);
+    const std::vector<int32_t> prompt = token_run(8, 3);
+    cache_prompt(m, prompt);
+    const SequenceStart a = m.start_sequence(prompt);
+    const SequenceStart b = m.start_sequence(prompt);
+    const int32_t tail = m.block_table(a.seq)[1];
+    CHECK(m.block_table(b.seq)[1] == tail);
+    CHECK(m.pool().ref_count(tail) == 2);
+    const std::vector<int32_t> last(prompt.end() - 1, prompt.end());
+
+    // a shares the tail with b: it writes into a copy, which is full again and registered.
+    std::vector<BlockCopy> copies;
+    CHECK(m.blocks_needed(a.seq, 1) == 1);
+    const std::vector<int64_t> a_slot = append(m, a.seq, last, &copies);
+    REQUIRE(copies.size() == 1);
+    CHECK(copies[0].src == tail);
+    CHECK(a_slot[0] == int64_t{copies[0].dst} * 4 + 3);
+    CHECK(m.chain(a.seq).size() == 2);
+
+    // b now holds the tail alone: it writes in place.
+    copies.clear();
+    CHECK(m.blocks_needed(b.seq, 1) == 0);
+    const std::vector<int64_t> b_slot = append(m, b.seq, last, &copies);
+    CHECK(copies.empty());
+    CHECK(b_slot[0] == int64_t{tail} * 4 + 3);
+    CHECK(m.chain(b.seq) == m.chain(a.seq));
+    m.free_sequence(a.seq);
+    m.free_sequence(b.seq);
+    m.check_invariants();
+    CHECK(m.cached_prefix_blocks(prompt) == 2);
 }
 
 TEST_CASE("colliding hashes are told apart by tokens and by chain", "[cache][prefix]") {

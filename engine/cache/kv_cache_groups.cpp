@@ -79,7 +79,8 @@ SequenceStart KvCacheGroups::start_sequence(std::span<const int32_t> prompt) {
     for (const KvCacheManager& m : groups_) n_blocks = std::min(n_blocks, m.cached_prefix_blocks(prompt));
     std::vector<SeqId> ids;
     for (KvCacheManager& m : groups_) ids.push_back(m.create_sequence(prompt, n_blocks));
-    return SequenceStart{same_id(ids), n_blocks * block_size()};
+    const SeqId seq = same_id(ids);
+    return SequenceStart{seq, length(seq)};
 }
 
 SeqId KvCacheGroups::fork(SeqId parent) {

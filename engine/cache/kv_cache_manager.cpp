@@ -90,23 +90,28 @@ int32_t KvCacheManager::walk_prefix(std::span<const int32_t> prompt, int32_t max
 }
 
 int32_t KvCacheManager::cached_prefix_blocks(std::span<const int32_t> prompt) const {
-    if (prompt.empty()) return 0;
-    return walk_prefix(prompt, static_cast<int32_t>((prompt.size() - 1) / static_cast<size_t>(block_size_)), nullptr,
+    return walk_prefix(prompt, static_cast<int32_t>(prompt.size() / static_cast<size_t>(block_size_)), nullptr,
                        nullptr);
 }
 
 SeqId KvCacheManager::create_sequence(std::span<const int32_t> prompt, int32_t n_blocks) {
     std::vector<int32_t> blocks;
     Sequence s;
-    const bool leaves_a_token = n_blocks == 0 || int64_t{n_blocks} * block_size_ < static_cast<int64_t>(prompt.size());
-    if (n_blocks < 0 || !leaves_a_token || walk_prefix(prompt, n_blocks, &blocks, &s.chain) != n_blocks)
+    if (n_blocks < 0 || walk_prefix(prompt, n_blocks, &blocks, &s.chain) != n_blocks)
         throw Error("cannot start a sequence on " + std::to_string(n_blocks) + " cached blocks of a " +
                     std::to_string(prompt.size()) + "-token prompt: only " + std::to_string(cached_prefix_blocks(prompt)) +
                     " are cached");
-    s.length = n_blocks * block_size_;
+    // The last prompt token is always computed: its logits are the reason for the prefill. A prompt cached
+    // whole starts one token short, and its last token is written again into the last block's last slot, in
+    // place where the sequence alone holds the block (unregistered until full again, as after a rewind), else
+    // into a copy (copy on write). So a repeated prompt computes one token, not a block of them. (With blocks
+    // of one token, the last block is not taken at all.)
+    const bool whole = n_blocks > 0 && int64_t{n_blocks} * block_size_ == static_cast<int64_t>(prompt.size());
+    s.length = n_blocks * block_size_ - (whole ? 1 : 0);
+    s.chain.resize(static_cast<size_t>(s.length / block_size_));
     s.oldest_query = s.length;
     const int32_t first = first_needed_block_at(s.length);
-    for (int32_t b = 0; b < n_blocks; ++b) {
+    for (int32_t b = 0; b < blocks_for(s.length, block_size_); ++b) {
         const int32_t block = blocks[static_cast<size_t>(b)];
         if (b < first) {
             // Outside the window of the first query: not held, but kept warm for the next lookup's walk.
@@ -143,8 +148,8 @@ void KvCacheManager::free_sequence(SeqId seq) {
 }
 
 SequenceStart KvCacheManager::start_sequence(std::span<const int32_t> prompt) {
-    const int32_t n_blocks = cached_prefix_blocks(prompt);
-    return SequenceStart{create_sequence(prompt, n_blocks), n_blocks * block_size_};
+    const SeqId seq = create_sequence(prompt, cached_prefix_blocks(prompt));
+    return SequenceStart{seq, length(seq)};
 }
 
 void KvCacheManager::check_rewind(SeqId seq, int32_t n) const {

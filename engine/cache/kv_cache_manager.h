@@ -32,7 +32,8 @@
 //
 // Prefix reuse: every block that becomes full is registered in the PrefixIndex under its hash chain.
 // create_sequence(prompt, n_blocks) starts a sequence on the first n_blocks blocks of a prompt that are
-// already in the cache (cached_prefix_blocks tells how many), so their prefill is skipped. Blocks whose
+// already in the cache (cached_prefix_blocks tells how many), so their prefill is skipped; a prompt cached
+// whole starts one token short, as its last token's logits are still to compute. Blocks whose
 // last holder lets go stay cached (LRU) while registered, until allocation needs them.
 //
 // Every operation that takes blocks is all-or-nothing: if the pool cannot supply them it throws kvx::Error
@@ -91,11 +92,11 @@ public:
     const PrefixIndex& prefix_index() const { return index_; }
 
     SeqId create_sequence();
-    // Full blocks at the start of `prompt` that are cached, at most (prompt.size() - 1) / block_size so that
-    // the last prompt token is always computed (its logits are the reason for the prefill).
+    // Full blocks at the start of `prompt` that are cached (all of a prompt of whole blocks, possibly).
     int32_t cached_prefix_blocks(std::span<const int32_t> prompt) const;
     // A sequence holding the first n_blocks blocks of `prompt` from the cache, of length n_blocks *
-    // block_size; the caller appends the rest of the prompt. Takes no free block. Throws kvx::Error if
+    // block_size, or prompt.size() - 1 where they hold the whole prompt: the last prompt token is always left
+    // to compute. The caller appends the rest of the prompt. Takes no free block. Throws kvx::Error if
     // n_blocks exceeds cached_prefix_blocks(prompt).
     SeqId create_sequence(std::span<const int32_t> prompt, int32_t n_blocks);
     // create_sequence(prompt, cached_prefix_blocks(prompt)).
