@@ -111,7 +111,8 @@ SeqId KvCacheManager::create_sequence(std::span<const int32_t> prompt, int32_t n
     s.chain.resize(static_cast<size_t>(s.length / block_size_));
     s.oldest_query = s.length;
     const int32_t first = first_needed_block_at(s.length);
-    for (int32_t b = 0; b < blocks_for(s.length, block_size_); ++b) {
+    const int32_t table_blocks = blocks_for(s.length, block_size_);
+    for (int32_t b = 0; b < table_blocks; ++b) {
         const int32_t block = blocks[static_cast<size_t>(b)];
         if (b < first) {
             // Outside the window of the first query: not held, but kept warm for the next lookup's walk.

@@ -210,14 +210,13 @@ void Scheduler::sweep_finished() {
 }
 
 void Scheduler::admit() {
-    const int32_t bs = engine_.cache_groups().block_size();
     while (!waiting_.empty()) {
         Choice& c = *waiting_.front();
         const int32_t slots = slots_for(c);
         if (slots_in_use_ + slots > options_.max_seqs) break;
         // Blocks for the part of its tokens not cached, and one per running sequence for this step's decode row.
-        const int32_t cached = engine_.cache().cached_prefix_blocks(c.tokens) * bs;
-        const int64_t needed = blocks_for(static_cast<int64_t>(c.tokens.size()) - cached, bs) + 1 +
+        const int32_t cached = engine_.cache().cached_prefix_blocks(c.tokens) * block_size_;
+        const int64_t needed = blocks_for(static_cast<int64_t>(c.tokens.size()) - cached, block_size_) + 1 +
                                static_cast<int64_t>(running_.size());
         if (!running_.empty() && needed > engine_.cache().pool().num_available()) break;
         const SequenceStart start = engine_.start_sequence(c.tokens);
