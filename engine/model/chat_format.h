@@ -1,5 +1,5 @@
 // The conversation formats kvx applies natively. The converter recognises a model's Jinja chat template as
-// one of these by rendering it (tools/kvx_tools/convert/chat_template.py, whose renderings these must equal);
+// one of these by rendering it (tools/kvx_tools/convert/tokenizer/chat_template.py, whose renderings these must equal);
 // a format is data, read by the one ChatSession.
 //
 //   chatml  <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n

@@ -39,8 +39,8 @@ with atheris.instrument_imports():
     import onnx
     from onnx import TensorProto
 
-    from kvx_tools.convert import kvx_convert
-    from kvx_tools.convert.convert_errors import ConvertError
+    from kvx_tools.convert import pipeline as kvx_convert
+    from kvx_tools.convert.errors import ConvertError
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = Path(tempfile.mkdtemp(prefix="kvx-fuzz-"))

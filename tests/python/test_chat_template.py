@@ -9,9 +9,9 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from kvx_tools.convert import bounded_child, chat_template
-from kvx_tools.convert.convert_errors import ConvertError
-from kvx_tools.convert.chat_template import analyse_chat_template, chatml
+from kvx_tools.convert.tokenizer import bounded_child, chat_template
+from kvx_tools.convert.errors import ConvertError
+from kvx_tools.convert.tokenizer.chat_template import analyse_chat_template, chatml
 
 # ChatML written as a loop that concatenates strings.
 CHATML_PLAIN = (

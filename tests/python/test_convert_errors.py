@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from kvx_tools.convert.convert_errors import ConvertError
-from kvx_tools.convert.genai_config import GenaiConfig
-from kvx_tools.convert.sliding_window import sliding_window_of
+from kvx_tools.convert.errors import ConvertError
+from kvx_tools.convert.exporters.ortgenai.genai_config import GenaiConfig
+from kvx_tools.convert.blocks.sliding_window import sliding_window_of
 
 from kvx_test_support import (STORIES_CHECKPOINT, STORIES_TOKENIZER, assert_one_line_failure, convert,
                               export_stories, run_ok)

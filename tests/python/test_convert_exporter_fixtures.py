@@ -57,7 +57,7 @@ REFUSED = {
 # (known_disagreements.json): not mapped.
 REFUSED_GENAI = {"phi3": "miswired lm_head", "phi3-longrope": "'If'", "gemma2": "cast to another precision"}
 # The builder writes Mistral's window into genai_config.json but not into the graph; kvx takes the window
-# (sliding_window.py, with a warning), so it computes what HF does, not what ORT does on that graph.
+# (blocks/sliding_window.py, with a warning), so it computes what HF does, not what ORT does on that graph.
 AGAINST_HF = {"mistral/genai-fp32": "genai_config.json gives a sliding window of 4",
               "mistral/genai-fp16": "genai_config.json gives a sliding window of 4"}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the GroupQueryAttention mapper (patterns_ortgenai_gqa.py) reads into config.json and what it refuses, on variants of the builder's
+"""What the GroupQueryAttention mapper (exporters/ortgenai/gqa.py) reads into config.json and what it refuses, on variants of the builder's
 llama-tied graph (testdata/exporters/llama-tied/genai-fp32) with one attribute or input changed: each must
 stop the converter with one line naming the node and what kvx lacks. The unchanged graph converting and
 matching ONNX Runtime is test_convert_exporter_fixtures.py's part."""

@@ -16,8 +16,9 @@ from contextlib import redirect_stderr
 from pathlib import Path
 from unittest import mock
 
-from kvx_tools.convert import kvx_convert, kvx_writer
-from kvx_tools.convert.convert_errors import ConvertError
+from kvx_tools.convert import pipeline as kvx_convert
+from kvx_tools.convert.write import model_dir as kvx_writer
+from kvx_tools.convert.errors import ConvertError
 
 from kvx_test_support import STORIES_TOKENIZER, assert_one_line_failure, export_random, export_stories, run_ok
 

@@ -36,10 +36,10 @@ from kvx_test_support import REPO, assert_one_line_failure, convert
 import kvx_quantized_reading
 import numpy_llama
 
-from kvx_tools.convert.kvx_convert import convert as convert_in_process
-from kvx_tools.convert.quantize_choice import bits_for
-from kvx_tools.convert.quantize_rtn import quantize_rtn
-from kvx_tools.convert.quantized_matrix import from_unsigned_blocks
+from kvx_tools.convert.pipeline import convert as convert_in_process
+from kvx_tools.convert.quantized.choice import bits_for
+from kvx_tools.convert.quantized.rtn import quantize_rtn
+from kvx_tools.convert.quantized.matrix import from_unsigned_blocks
 
 FIXTURES = REPO / "testdata" / "quantized"
 KVX = os.environ.get("KVX_BIN")

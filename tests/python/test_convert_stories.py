@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from safetensors.numpy import load_file
 
-from kvx_tools.convert.kvx_layout import expected_tensor_shapes
+from kvx_tools.convert.families.tensor_layout import expected_tensor_shapes
 from kvx_tools.export.llama2c_checkpoint import read_llama2c_checkpoint
 from kvx_tools.fixtures.ort_reference import reference_logits
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvx_tools.convert.kvx_convert import convert
+from kvx_tools.convert.pipeline import convert
 from kvx_tools.bench.llamacpp_f32 import llamacpp_f32_gguf
 from kvx_tools.export.export_gguf_llama import export_gguf, tokenizer_file
 from kvx_tools.export.fetch_gemma3 import MODEL_FOLDER, FetchError, fetch_gemma3

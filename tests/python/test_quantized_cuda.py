@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from kvx_test_support import REPO
-from kvx_tools.convert.kvx_convert import convert as convert_in_process
+from kvx_tools.convert.pipeline import convert as convert_in_process
 
 FIXTURES = REPO / "testdata" / "quantized"
 KVX = os.environ.get("KVX_BIN") or str(REPO / "build" / "bin" / "kvx")

@@ -81,7 +81,7 @@ def _converted(export_dir):
     model = export_dir / "model"
     if (model / "config.json").is_file():
         return model
-    result = subprocess.run([sys.executable, "-m", "kvx_tools.convert.kvx_convert", str(export_dir / "model.onnx"),
+    result = subprocess.run([sys.executable, "-m", "kvx_tools.convert.pipeline", str(export_dir / "model.onnx"),
                              "-o", str(model), "--tokenizer", str(export_dir / "tokenizer.json")],
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:

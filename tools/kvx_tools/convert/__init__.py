@@ -1,1 +1,1 @@
-"""ONNX -> kvx model directory: kvx_convert.py drives, graph_mapper.py tells the family (docs/architecture.md)."""
+"""ONNX -> kvx model directory: pipeline.py drives, families/dispatch.py tells the family (docs/architecture.md)."""

@@ -101,7 +101,7 @@ class DecoderGraph:
                                          g.const([1, 2], scope)], scope)  # [b, 1, 1, t]
         allowed = g.op("And", [causal, key_present], scope)  # [b, 1, s, t]
         if window:
-            # key > query - W, HF's spelling, which kvx convert reads a layer's window from (sliding_window.py)
+            # key > query - W, HF's spelling, which kvx convert reads a layer's window from (blocks/sliding_window.py)
             lowest_excluded = g.op("Sub", [g.op("Unsqueeze", [query_pos, g.const([1], scope)], scope),
                                            g.const(window, scope)], scope)  # [s, 1]
             in_window = g.op("Greater", [g.op("Unsqueeze", [key_pos, g.const([0], scope)], scope), lowest_excluded],

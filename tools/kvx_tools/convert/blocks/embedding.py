@@ -1,0 +1,102 @@
+"""The two ends of a decoder graph: the token embedding Gather that starts the residual stream, and the
+classifier MatMul that ends it in the logits output."""
+
+import numpy as np
+
+from ..errors import ConvertError, cannot_map
+from ..graph.index import node_attr
+
+
+def token_embedding_gather(ix):
+    """The one Gather of a constant [vocab, dim] table by the input_ids input."""
+    if "input_ids" not in ix.input_names:
+        raise ConvertError("cannot map graph: it has no input named 'input_ids'")
+    gathers = [g for g in _index_readers(ix, "input_ids") if node_attr(g, "axis", 0) == 0]
+    tables = [g for g in gathers if ix.constant(g.input[0]) is not None and ix.constant(g.input[0]).ndim == 2]
+    if len(tables) != 1:
+        raise ConvertError("cannot map graph: expected one Gather of a constant [vocab, dim] embedding "
+                           f"by 'input_ids', found {len(tables)}")
+    return tables[0]
+
+
+# What exporters put between input_ids and the lookup without changing which ids are read: GPT-2's
+# input_ids.view(-1, seq) (Reshape), a Flatten, or a Cast to int64.
+ID_RESHAPING_OPS = frozenset({"Reshape", "Flatten", "Cast", "Squeeze", "Unsqueeze", "Identity"})
+MAX_ID_RESHAPES = 8
+
+
+def _index_readers(ix, ids):
+    """Gather nodes whose indices are ids, directly or through a short chain of ID_RESHAPING_OPS."""
+    found, frontier = [], [ids]
+    for _ in range(MAX_ID_RESHAPES):
+        next_frontier = []
+        for tensor in frontier:
+            for node in ix.consumers(tensor):
+                if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] == tensor:
+                    found.append(node)
+                elif node.op_type in ID_RESHAPING_OPS and node.input[0] == tensor:
+                    next_frontier.append(node.output[0])
+        frontier = next_frontier
+    return found
+
+
+def softcapped_logits(ix, tensor):
+    """(cap, output) for cap * Tanh(tensor / cap) (Gemma 2's final logit soft-cap), else (None, tensor)."""
+    consumers = ix.consumers(tensor)
+    if len(consumers) != 1 or consumers[0].op_type not in ("Div", "Mul"):
+        return None, tensor
+    inner = consumers[0]
+    c = ix.scalar(ix.other_input(inner, tensor))
+    if c is None or (inner.op_type == "Div" and inner.input[0] != tensor) or c == 0:
+        return None, tensor
+    inverse = 1.0 / c if inner.op_type == "Div" else c
+    tanh = ix.consumers(inner.output[0])
+    if len(tanh) != 1 or tanh[0].op_type != "Tanh":
+        return None, tensor
+    outer = ix.consumers(tanh[0].output[0])
+    if len(outer) != 1 or outer[0].op_type != "Mul":
+        return None, tensor
+    cap = ix.scalar(ix.other_input(outer[0], tanh[0].output[0]))
+    if cap is None or not np.isclose(cap * inverse, 1.0, rtol=1e-6):
+        return None, tensor
+    return float(cap), outer[0].output[0]
+
+
+def final_softcap(ix, normed):
+    """The final logit soft-cap after the classifier reading normed, or None."""
+    matmuls = [m for m in ix.consumers(normed, "MatMul") if m.input[0] == normed]
+    return softcapped_logits(ix, matmuls[0].output[0])[0] if len(matmuls) == 1 else None
+
+
+def match_classifier(ix, normed):
+    """[vocab, dim] when normed feeds the final MatMul that writes a graph output (the logits), else
+    None. The weight is a constant [dim, vocab] or a Transpose of a constant [vocab, dim]."""
+    matmuls = [m for m in ix.consumers(normed, "MatMul") if m.input[0] == normed]
+    if not matmuls:  # GPT-2's hidden.view(batch, seq, dim): a Reshape keeping rows of dim, row-wise harmless
+        for reshape in ix.consumers(normed, "Reshape"):
+            if reshape.input[0] == normed and _keeps_rows(ix, reshape):
+                matmuls += [m for m in ix.consumers(reshape.output[0], "MatMul") if m.input[0] == reshape.output[0]]
+    if len(matmuls) != 1 or softcapped_logits(ix, matmuls[0].output[0])[1] not in ix.output_names:
+        return None
+    matmul = matmuls[0]
+    weight = ix.constant(matmul.input[1])
+    if weight is not None and weight.ndim == 2:
+        return weight.T
+    transpose = ix.producer_op(matmul.input[1], "Transpose")
+    if transpose is not None and list(node_attr(transpose, "perm", [1, 0])) == [1, 0]:
+        weight = ix.constant(transpose.input[0])
+        if weight is not None and weight.ndim == 2:
+            return weight
+    raise cannot_map(matmul, "the classifier: a MatMul by a constant [dim, vocab] or by Transpose of a "
+                             "constant [vocab, dim]")
+
+
+def _keeps_rows(ix, reshape):
+    """Whether a Reshape's target ends in a constant dim equal to its input's static last dim."""
+    try:
+        dims = ix.fold_dims(reshape.input[1], reshape)
+    except ConvertError:
+        return False
+    shape = ix.static_shape(reshape.input[0])
+    return bool(dims) and shape is not None and bool(shape) and dims[-1] is not None and dims[-1] > 0 \
+        and dims[-1] == shape[-1]

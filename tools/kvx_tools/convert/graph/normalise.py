@@ -1,0 +1,149 @@
+"""Rewrites an ONNX decoder graph into a plainer one with the same meaning, before the matchers read it, so
+that they see one spelling of each thing whatever the exporter wrote:
+
+  - constant subgraphs are evaluated (onnx.reference for each node, numpy for the common ones) and
+    replaced by initializers: a Transpose, Cast or Reshape of a weight becomes the weight as read;
+  - shape arithmetic is evaluated where onnx's shape inference knows the dims it reads: Shape(x) and
+    Gather/Slice of it give constants for the static dims (head_dim, heads), not for batch or sequence;
+  - Identity, Dropout (inference) and Cast to the type a tensor already has are bypassed;
+  - Gemm with a constant B is rewritten as MatMul (+ Add of its bias), the transposes folded into B;
+  - a Slice that keeps a whole static axis is bypassed, and an empty one (HF Phi-3's pass-through half of
+    a RoPE over the whole head) is dropped from the Concat along that axis that reads it;
+  - a MatMul by a constant W whose every reader takes columns of it (Slice or Split along the last axis,
+    constant bounds), as torch exports Phi-3's qkv_proj and gate_up_proj, becomes one MatMul per part by
+    W's columns of that part, so the matchers see separate projections;
+  - nodes no graph output depends on are dropped.
+
+Everything is bounded: each node is visited once in a dependency order computed without recursion, and a
+node is folded only when its result stays under MAX_FOLD_ELEMENTS, so a crafted graph cannot make the
+converter allocate without limit. What cannot be folded is simply left for the matchers, which name it.
+"""
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..domains import DEFAULT_DOMAINS
+from .folding import fold_node, infer_static_shapes
+from .index import constant_node_value
+from .order import dependency_order
+from .rewrites import bypassed_input, drop_whole_and_empty_slices, gemm_as_matmul, split_fused_linears, \
+    split_key_transposes, unflatten_linears
+
+
+# Passes at most: each slice rewrite can let one more level of shape arithmetic fold (Phi-3's q, then k).
+MAX_PASSES = 4
+
+
+def normalise(model):
+    """model rewritten in place (graph nodes and initializers); returns it. A graph whose slices were
+    rewritten (split_fused_linears, drop_whole_and_empty_slices) goes through once more: shapes read from
+    the bypassed Slices fold only then."""
+    for _ in range(MAX_PASSES):
+        if not _normalise_once(model):
+            break
+    return model
+
+
+def _normalise_once(model):
+    """One pass of normalise; returns whether a slice rewrite happened."""
+    graph = model.graph
+    order = dependency_order(graph)
+    if order is None:  # a cycle: leave the graph as it is for the checks that name it
+        return False
+    opset = _default_opset(model)
+    inferred = infer_static_shapes(model)
+    values = {t.name: None for t in graph.initializer}  # name -> array, read lazily
+    inits = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
+            value = constant_node_value(node)
+            if value is not None:
+                values[node.output[0]] = value
+
+    def value_of(name):
+        if name not in values:
+            return None
+        if values[name] is None:
+            values[name] = numpy_helper.to_array(inits[name])
+        return values[name]
+
+    renamed = {}  # a bypassed node's output -> the tensor it passes on
+    kept = []
+    output_names = {o.name for o in graph.output}
+    for node in order:
+        for k, name in enumerate(node.input):
+            if name in renamed:
+                node.input[k] = renamed[name]
+        if node.domain not in DEFAULT_DOMAINS:
+            kept.append(node)
+            continue
+        if node.op_type == "Constant":
+            kept.append(node)
+            continue
+        folded = fold_node(node, value_of, inferred, opset)
+        if folded is not None:
+            for name, value in zip(node.output, folded):
+                values[name] = value
+                if name in output_names:  # a constant graph output keeps its node
+                    kept.append(node)
+                    break
+            continue
+        bypass = bypassed_input(node, inferred)
+        if bypass is not None and node.output[0] not in output_names:
+            renamed[node.output[0]] = bypass
+            continue
+        gemm = gemm_as_matmul(node, value_of)
+        if gemm is not None:
+            kept.extend(gemm[0])
+            for name, value in gemm[1].items():
+                values[name] = value
+            continue
+        kept.append(node)
+
+    _write_back(graph, kept, values, inits)
+    unflatten_linears(graph)
+    changed = split_fused_linears(graph)
+    changed = drop_whole_and_empty_slices(graph) or changed
+    split_key_transposes(graph)
+    _write_back(graph, list(graph.node), {}, {t.name: t for t in graph.initializer})
+    return changed
+
+
+def _default_opset(model):
+    for opset in model.opset_import:
+        if opset.domain in DEFAULT_DOMAINS:
+            return opset.version
+    return onnx.defs.onnx_opset_version()
+
+
+def _write_back(graph, kept, values, inits):
+    """The graph's nodes become kept (minus what no output needs); every folded value a kept node reads
+    becomes an initializer."""
+    needed = {o.name for o in graph.output}
+    producer = {}
+    for node in kept:
+        for out in node.output:
+            producer[out] = node
+    live, stack = set(), list(needed)
+    while stack:
+        name = stack.pop()
+        node = producer.get(name)
+        if node is None or id(node) in live:
+            continue
+        live.add(id(node))
+        stack.extend(i for i in node.input if i)
+    nodes = [n for n in kept if id(n) in live]
+    read = {i for n in nodes for i in n.input if i} | needed
+    new_inits = []
+    for name in read:
+        if name in producer and id(producer[name]) in live:
+            continue
+        if name in inits:
+            new_inits.append(inits[name])
+        elif name in values and values[name] is not None:
+            new_inits.append(numpy_helper.from_array(np.asarray(values[name]), name))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(sorted(new_inits, key=lambda t: t.name))

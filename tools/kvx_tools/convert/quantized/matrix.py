@@ -1,0 +1,115 @@
+"""A quantized matrix in kvx's terms (docs/model-format.md, "Quantized matrices"), and the tensors that store it.
+
+Every source of quantized weights (ONNX Runtime's MatMulNBits, blockwise DequantizeLinear, GatherBlockQuantized,
+the converter's own --quantize) builds one of these from its integers; only to_tensors knows the file's
+packing, so the nibble order and the padding rules live in one place.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ConvertError
+
+GROUP = 32  # the 4-bit packing works in groups of 32 elements; rows are padded to a multiple of it
+BLOCK_SIZES = (16, 32, 64, 128, 256)  # powers of two kvx's loader takes
+IMPLIED_ZERO = {4: 8, 8: 0}  # the zero point of a matrix without zero_points (q8 is stored signed)
+
+
+def padded_length(cols, block):
+    """L: cols rounded up to a multiple of max(block, 32)."""
+    step = max(block, GROUP)
+    return -(-cols // step) * step
+
+
+def check_block_size(block, where):
+    if block not in BLOCK_SIZES:
+        raise ConvertError(f"{where}: block_size {block} is not a power of two from 16 to 256 (kvx's quantized "
+                           "matrices)")
+
+
+@dataclass
+class QuantizedMatrix:
+    """rows x cols weights w[r][j] = scales[r][j // block] * (q[r][j] - z[r][j // block]) (or + mins).
+    q: int [rows, L] in kvx's terms (0..15 for 4 bits, -128..127 for 8), padding past cols 0.
+    scales: fp32 or fp16 [rows, L / block]; zero_points: int [rows, L / block] or None; mins: like scales or
+    None."""
+    bits: int
+    block: int
+    cols: int
+    q: np.ndarray
+    scales: np.ndarray
+    zero_points: Optional[np.ndarray] = None
+    mins: Optional[np.ndarray] = None
+
+    @property
+    def rows(self):
+        return self.q.shape[0]
+
+    def implied_zero(self):
+        return IMPLIED_ZERO[self.bits]
+
+    def dequantized(self):
+        """The weights as the graph computes them, [rows, cols], in the scales' dtype (fp32 arithmetic)."""
+        scales = np.repeat(self.scales.astype(np.float32), self.block, axis=1)
+        q = self.q.astype(np.float32)
+        if self.mins is not None:
+            w = q * scales + np.repeat(self.mins.astype(np.float32), self.block, axis=1)
+        else:
+            zero = self.implied_zero() if self.zero_points is None else \
+                np.repeat(self.zero_points.astype(np.float32), self.block, axis=1)
+            w = (q - zero) * scales
+        return np.ascontiguousarray(w[:, :self.cols].astype(self.scales.dtype))
+
+    def take_rows(self, index):
+        """The matrix of rows index (a permutation or a part: a fused projection split by the mapper)."""
+        def part(a):
+            return None if a is None else np.ascontiguousarray(a[index])
+        return QuantizedMatrix(self.bits, self.block, self.cols, part(self.q), part(self.scales),
+                               part(self.zero_points), part(self.mins))
+
+    def to_tensors(self, name):
+        """The safetensors entries X.q4 / X.q8, X.scales, X.zero_points or X.mins for kvx name X."""
+        out = {f"{name}.scales": np.ascontiguousarray(self.scales)}
+        if self.bits == 8:
+            out[f"{name}.q8"] = np.ascontiguousarray(self.q.astype(np.int8))
+        else:
+            # GGUF Q4_0 order: byte t of each 32-element group holds element t (low nibble) and t + 16 (high).
+            groups = self.q.astype(np.uint8).reshape(self.rows, -1, 2, GROUP // 2)
+            out[f"{name}.q4"] = np.ascontiguousarray((groups[:, :, 0, :] | (groups[:, :, 1, :] << 4))
+                                                     .reshape(self.rows, -1))
+        if self.zero_points is not None:
+            out[f"{name}.zero_points"] = np.ascontiguousarray(
+                self.zero_points.astype(np.uint8 if self.bits == 4 else np.int8))
+        if self.mins is not None:
+            out[f"{name}.mins"] = np.ascontiguousarray(self.mins)
+        return out
+
+
+def from_unsigned_blocks(bits, block, cols, q, scales, zero_points=None, float_zero_points=None):
+    """A QuantizedMatrix from ONNX Runtime's unsigned form: q int [rows, n, block] (n = ceil(cols / block)
+    blocks, values 0..2^bits - 1, zero point 2^(bits-1) unless given), scales [rows, n], zero_points int
+    [rows, n] or float_zero_points [rows, n] (the scales' dtype; stored as mins = -z * s). Pads each row to
+    L = padded_length(cols, block) with q 0; a block wholly of padding gets scale 0."""
+    rows, n = scales.shape
+    length = padded_length(cols, block)
+    padded = np.zeros((rows, length), np.int16)
+    padded[:, :cols] = q.reshape(rows, n * block)[:, :cols]
+    blocks = length // block
+
+    def widen(a, fill):
+        out = np.full((rows, blocks), fill, a.dtype)
+        out[:, :n] = a
+        return out
+
+    scales = widen(scales, 0)
+    offset = 128 if bits == 8 else 0  # kvx stores 8-bit integers signed: q - 128, and zero points z - 128
+    padded[:, :cols] -= offset
+    zp = mins = None
+    if zero_points is not None:
+        zp = widen(zero_points.astype(np.int16) - offset, IMPLIED_ZERO[bits])
+    if float_zero_points is not None:  # w = s * (q - z) = s * q + m with m = -z * s
+        z = widen(float_zero_points.astype(np.float32) - offset, 0)
+        mins = (-z * scales.astype(np.float32)).astype(scales.dtype)
+    return QuantizedMatrix(bits, block, cols, padded.astype(np.int8 if bits == 8 else np.uint8), scales, zp, mins)
