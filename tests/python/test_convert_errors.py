@@ -74,20 +74,21 @@ class ConverterRefusals(unittest.TestCase):
         self._refused(self._variant("contrib", fuse_silu), "unsupported operator 'QuickGelu'",
                       "'/model/layers.2/mlp/QuickGelu'", "op type QuickGelu", "com.microsoft")
 
-    def test_interleaved_rope_is_not_mapped(self):
+    def test_broken_rope_is_refused(self):
+        """x[..., :hd/2:2] where rotate_half takes x[..., :hd/2]: no rotation of pairs (and no valid graph)."""
         def slice_every_other(model):
             first_half = node_named(model, "/model/layers.0/self_attn/Slice")  # x[..., :hd/2] of Q
             steps = helper.make_tensor("interleave_step", onnx.TensorProto.INT64, [1], [2])
             model.graph.initializer.append(steps)
             first_half.input.append("interleave_step")
         self._refused(self._variant("interleaved", slice_every_other),
-                      "cannot map node '/model/layers.0/self_attn/Slice", "rope_style 'half'")
+                      "cannot map node '/model/layers.0/self_attn/Add", "RoPE: x * cos + R(x) * sin")
 
     def test_attention_scale_is_one_per_model(self):
         """Another q.k scale is config.json's attention_scale (Gemma 2/3), but one for the whole model."""
         def unit_scale(model):
             replace_float_constant(model, "/model/layers.3/self_attn/", 1 / np.sqrt(8), 1.0)
-        self._refused(self._variant("unit_scale", unit_scale), "layer 3's attention scale 1.0",
+        self._refused(self._variant("unit_scale", unit_scale), "layer 3's attention scale (1.0)",
                       "kvx has one per model")
 
     def test_missing_file(self):

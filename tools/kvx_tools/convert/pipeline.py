@@ -96,7 +96,7 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path, model)
     sources = rewrite_quantized_ops(model)
-    ix = GraphIndex(normalise(model).graph)
+    ix = GraphIndex(normalise(model).graph, model)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
     if positions is None:

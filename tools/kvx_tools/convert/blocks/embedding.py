@@ -1,10 +1,14 @@
-"""The two ends of a decoder graph: the token embedding Gather that starts the residual stream, and the
-classifier MatMul that ends it in the logits output."""
+"""The two ends of a decoder graph: the token embedding Gather that starts the residual stream (with a learned
+position embedding added, where there is one), and the classifier MatMul that ends it in the logits output."""
+
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from ..errors import ConvertError, cannot_map
 from ..graph.index import node_attr
+from .linear import bias_after
 
 
 def token_embedding_gather(ix):
@@ -23,6 +27,24 @@ def token_embedding_gather(ix):
 # input_ids.view(-1, seq) (Reshape), a Flatten, or a Cast to int64.
 ID_RESHAPING_OPS = frozenset({"Reshape", "Flatten", "Cast", "Squeeze", "Unsqueeze", "Identity"})
 MAX_ID_RESHAPES = 8
+
+
+def position_embedding_add(ix, token_gather):
+    """(the Add of token and position embeddings, the position table [n_positions, dim]) when the token
+    embedding is added to a Gather of a constant table by positions, else None. The positions must be
+    the position_ids input or a Range computed in the graph: what kvx feeds, absolute positions."""
+    hidden = token_gather.output[0]
+    for add in ix.consumers(hidden, "Add"):
+        gather = ix.producer_op(ix.other_input(add, hidden), "Gather")
+        table = ix.constant(gather.input[0]) if gather is not None else None
+        if table is None or table.ndim != 2 or node_attr(gather, "axis", 0) != 0:
+            continue
+        positions = ix.trace_back(gather.input[1])
+        if positions != "position_ids" and ix.producer_op(positions, "Range") is None:
+            raise cannot_map(gather, "a position embedding indexed by the position_ids input or a Range of "
+                                     f"positions, found '{positions}'")
+        return add, table
+    return None
 
 
 def _index_readers(ix, ids):
@@ -68,17 +90,51 @@ def final_softcap(ix, normed):
     return softcapped_logits(ix, matmuls[0].output[0])[0] if len(matmuls) == 1 else None
 
 
-def match_classifier(ix, normed):
-    """[vocab, dim] when normed feeds the final MatMul that writes a graph output (the logits), else
-    None. The weight is a constant [dim, vocab] or a Transpose of a constant [vocab, dim]."""
+@dataclass
+class Classifier:
+    """The LM head: logits = ((normed . weight^T) + bias) * scale, then cap * tanh(logits / cap)."""
+    weight: np.ndarray  # [vocab, dim]
+    bias: Optional[np.ndarray] = None  # [vocab] (Phi, GPT-J), or None
+    scale: Optional[float] = None  # a constant the logits are multiplied by (Cohere) or divided by (Granite)
+    softcap: Optional[float] = None  # Gemma 2's final soft-cap
+
+
+def classifier_reading(ix, normed):
+    """The Classifier when normed feeds the MatMul whose result, through a bias, a constant scaling and a
+    soft-cap, is a graph output (the logits); else None."""
     matmuls = [m for m in ix.consumers(normed, "MatMul") if m.input[0] == normed]
     if not matmuls:  # GPT-2's hidden.view(batch, seq, dim): a Reshape keeping rows of dim, row-wise harmless
         for reshape in ix.consumers(normed, "Reshape"):
             if reshape.input[0] == normed and _keeps_rows(ix, reshape):
                 matmuls += [m for m in ix.consumers(reshape.output[0], "MatMul") if m.input[0] == reshape.output[0]]
-    if len(matmuls) != 1 or softcapped_logits(ix, matmuls[0].output[0])[1] not in ix.output_names:
+    if len(matmuls) != 1:
         return None
     matmul = matmuls[0]
+    scale = None
+    bias, tensor = bias_after(ix, matmul.output[0])
+    consumers = ix.consumers(tensor)
+    if len(consumers) == 1 and consumers[0].op_type in ("Mul", "Div") and _outer_scaling(ix, consumers[0], tensor):
+        scale, tensor = _outer_scaling(ix, consumers[0], tensor)
+    softcap, tensor = softcapped_logits(ix, tensor)
+    if tensor not in ix.output_names:
+        return None
+    weight = _classifier_weight(ix, matmul)
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise cannot_map(matmul, f"a classifier bias of the vocabulary's {weight.shape[0]} entries")
+    return Classifier(weight, bias, scale, softcap)
+
+
+def _outer_scaling(ix, node, tensor):
+    """(factor, output) for Mul(tensor, c) or Div(tensor, c), unless it is the inner step of a soft-cap."""
+    if softcapped_logits(ix, tensor)[1] != tensor:
+        return None
+    c = ix.scalar(ix.other_input(node, tensor))
+    if c is None or c == 0 or (node.op_type == "Div" and node.input[0] != tensor):
+        return None
+    return (1.0 / c if node.op_type == "Div" else c), node.output[0]
+
+
+def _classifier_weight(ix, matmul):
     weight = ix.constant(matmul.input[1])
     if weight is not None and weight.ndim == 2:
         return weight.T
@@ -89,6 +145,15 @@ def match_classifier(ix, normed):
             return weight
     raise cannot_map(matmul, "the classifier: a MatMul by a constant [dim, vocab] or by Transpose of a "
                              "constant [vocab, dim]")
+
+
+def match_classifier(ix, normed):
+    """[vocab, dim] when normed feeds the final MatMul that writes a graph output (the logits, possibly
+    soft-capped), else None. The weight is a constant [dim, vocab] or a Transpose of a constant [vocab, dim]."""
+    found = classifier_reading(ix, normed)
+    if found is None or found.bias is not None or found.scale is not None:
+        return None
+    return found.weight
 
 
 def _keeps_rows(ix, reshape):

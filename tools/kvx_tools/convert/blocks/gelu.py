@@ -1,38 +1,19 @@
-"""GPT-2's MLP as torch exports HF's GPT2MLP:
-    c_proj( gelu_new( c_fc(x) ) ),  both Linear layers MatMul + bias Add,
-with gelu_new, GELU in its tanh form, written out in elementary operators:
-    0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))))
+"""GELU in the spellings exporters write: ONNX Gelu (opset 20, approximate "tanh" or "none"), or written out in
+elementary operators, in its tanh form (GPT-2's gelu_new, Gemma's gelu_pytorch_tanh)
+    0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))))    (Gemma's cube as x * (x * x))
+or its exact form (GPT-NeoX, Falcon)
+    0.5 * x * (1 + Erf(x / sqrt(2)))
 Constants are checked against those values; operands of Add and Mul may come in either order, and the
 0.5 may multiply x first or the product last."""
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConvertError, cannot_map
 from ..graph.index import node_attr
-from ..families.gpt2_layers import LinearWeights
-from .linear import residual_add, sole_biased_linear
 
 GELU_TANH_SCALE = np.sqrt(2.0 / np.pi)
 GELU_TANH_CUBIC = 0.044715
 GELU_FORM = "GELU in its tanh form: 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))"
-
-
-@dataclass
-class GeluMlp:
-    up: LinearWeights  # c_fc [dim, hidden_dim]
-    down: LinearWeights  # c_proj [hidden_dim, dim]
-    output: str  # the residual stream after the block
-
-
-def match_gelu_mlp(ix, normed, residual, after):
-    """The MLP block reading normed [b, s, dim] and adding into residual."""
-    up = sole_biased_linear(ix, normed, after, "c_fc, the MLP's first layer")
-    activated = match_gelu_tanh(ix, up.output, up.node)
-    down = sole_biased_linear(ix, activated, ix.producer(activated), "c_proj, the MLP's second layer")
-    return GeluMlp(up=LinearWeights(up.weight, up.bias), down=LinearWeights(down.weight, down.bias),
-                   output=residual_add(ix, residual, down.output, down.node))
 
 
 def _by_constant(ix, tensor, op_type, value):
@@ -96,6 +77,11 @@ def gelu_tanh_output(ix, x):
         return None
 
 
+def written_out_gelu_tanh(ix, x):
+    """Whether x is cubed, the first step of GELU's tanh form written out."""
+    return len(_cubes(ix, x)) == 1
+
+
 def match_gelu_tanh(ix, x, after):
     """The tensor holding gelu_new(x); after: the node to blame when x does not go through it."""
     found = gelu_op_output(ix, x, "tanh")
@@ -123,3 +109,30 @@ def match_gelu_tanh(ix, x, after):
     if halved is None:
         raise cannot_map(node, f"the product of 0.5, x and 1 + Tanh(...), the end of {GELU_FORM}")
     return halved.output[0]
+
+
+def gelu_erf_output(ix, x):
+    """The tensor holding exact GELU(x): ONNX Gelu (approximate "none") or 0.5 * x * (1 + Erf(x / sqrt(2))) in
+    either association; None where x goes through none."""
+    found = gelu_op_output(ix, x, "none")
+    if found is not None:
+        return found
+    for div in ix.consumers(x, "Div"):
+        c = ix.scalar(div.input[1]) if div.input[0] == x else None
+        if c is None or not np.isclose(c, np.sqrt(2.0), rtol=1e-6):
+            continue
+        erf = ix.consumers(div.output[0], "Erf")
+        add = ix.consumers(erf[0].output[0], "Add") if len(erf) == 1 else []
+        if len(add) != 1 or ix.scalar(ix.other_input(add[0], erf[0].output[0])) != 1.0:
+            continue
+        one_plus = add[0].output[0]
+        half_x = _by_constant(ix, x, "Mul", 0.5)
+        if half_x is not None:  # (0.5 * x) * (1 + erf)
+            product = _pairing(ix, half_x.output[0], one_plus, "Mul")
+            if product is not None:
+                return product.output[0]
+        product = _pairing(ix, x, one_plus, "Mul")  # (x * (1 + erf)) * 0.5
+        halved = _by_constant(ix, product.output[0], "Mul", 0.5) if product is not None else None
+        if halved is not None:
+            return halved.output[0]
+    return None

@@ -32,14 +32,6 @@ def sole_linear_consumer(ix, tensor, after, what):
     return linears[0]
 
 
-def residual_add(ix, residual, branch, branch_node):
-    """The Add of the residual stream and a block's output; returns its output tensor."""
-    for add in ix.consumers(branch, "Add"):
-        if ix.other_input(add, branch) == residual:
-            return add.output[0]
-    raise cannot_map(branch_node, f"its output added to the residual stream '{residual}'")
-
-
 @dataclass
 class BiasedLinear:
     weight: np.ndarray  # [in, out], ONNX MatMul layout
@@ -60,6 +52,13 @@ def biased_linear(ix, matmul):
     return BiasedLinear(weight, None, matmul.output[0], matmul)
 
 
-def sole_biased_linear(ix, tensor, after, what):
-    """The one linear layer (with or without bias) reading tensor."""
-    return biased_linear(ix, sole_linear_consumer(ix, tensor, after, what))
+
+
+def bias_after(ix, tensor):
+    """(bias, its Add's output) when tensor's one reader adds a constant vector to it, else (None, tensor)."""
+    consumers = ix.consumers(tensor)
+    if len(consumers) == 1 and consumers[0].op_type == "Add":
+        value = ix.constant(ix.other_input(consumers[0], tensor))
+        if value is not None and value.ndim == 1:
+            return value, consumers[0].output[0]
+    return None, tensor

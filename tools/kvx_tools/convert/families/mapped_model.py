@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import ConvertError
-from .tensor_layout import expected_tensor_shapes, linear_bias_shapes
+from .tensor_layout import tensor_shapes
 
 
 @dataclass
@@ -50,8 +50,8 @@ def check_shapes(architecture, hyper, tensors):
     """Every weight found must agree with the hyperparameters read elsewhere in the graph; a tensor that
     the architecture has no place for is a mapper bug, caught here rather than by the engine."""
     config = {"architecture": architecture, **hyper}
-    expected = expected_tensor_shapes(config)
-    allowed = {**expected, **linear_bias_shapes(config)}
+    expected, optional = tensor_shapes(config)
+    allowed = {**expected, **optional}
     for name in expected:
         if name not in tensors:
             raise ConvertError(f"cannot map graph: no {name} found")

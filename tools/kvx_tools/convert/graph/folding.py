@@ -70,6 +70,11 @@ def fold_node(node, value_of, inferred, opset):
         shape_value = _partial_shape_index(node, value_of, inferred)
         if shape_value is not None:
             return [shape_value]
+    if op == "CastLike":  # a constant cast to an activation's type (dynamo's unoptimised scale): needs only the type
+        value, like = value_of(node.input[0]), inferred.elem_types.get(node.input[1])
+        if value is None or like is None or value.size > SMALL_RESULT:
+            return None
+        return [value.astype(onnx.helper.tensor_dtype_to_np_dtype(like))]
     if op not in FOLDABLE or not node.input:
         return None
     inputs = [value_of(name) if name else None for name in node.input]
@@ -80,12 +85,12 @@ def fold_node(node, value_of, inferred, opset):
     if size is None or size > MAX_FOLD_ELEMENTS or size > max(largest_input, SMALL_RESULT):
         return None  # folds never grow data beyond SMALL_RESULT: nested Concat(c, c) cannot double for ever
     try:
-        return _evaluate(node, inputs, opset)
+        return evaluate_node(node, inputs, opset)
     except Exception:  # a node onnx cannot evaluate (bad attributes, shapes): the matchers will name it
         return None
 
 
-def _evaluate(node, inputs, opset):
+def evaluate_node(node, inputs, opset):
     from onnx.reference import ReferenceEvaluator  # imported here: it takes a moment to load
     feeds = {name: value for name, value in zip(node.input, inputs) if name}
     evaluator = ReferenceEvaluator(_standalone(node), opsets={"": opset})

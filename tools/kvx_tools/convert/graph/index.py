@@ -18,8 +18,11 @@ MAX_SHAPE_RANK = 64
 
 
 class GraphIndex:
-    def __init__(self, graph):
+    def __init__(self, graph, model=None):
+        """model: the ModelProto holding graph, where matchers may ask how data moves through it (concrete)."""
         self.graph = graph
+        self._model = model
+        self._concrete = None
         self._producer = {}
         self._consumers = {}
         for node in graph.node:
@@ -37,6 +40,15 @@ class GraphIndex:
             t = info.type.tensor_type
             if t.HasField("shape"):
                 self._shapes[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+
+    @property
+    def concrete(self):
+        """The graph with concrete dimensions (graph/layout.py's ConcreteGraph), made on first use; None where
+        it cannot be made (no model given, or inputs of no known convention)."""
+        if self._concrete is None and self._model is not None:
+            from .layout import ConcreteGraph  # layout imports this module
+            self._concrete = ConcreteGraph.of(self._model) or False
+        return self._concrete or None
 
     # -- structure ------------------------------------------------------------------------------
 

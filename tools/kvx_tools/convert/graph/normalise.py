@@ -12,6 +12,7 @@ that they see one spelling of each thing whatever the exporter wrote:
   - a MatMul by a constant W whose every reader takes columns of it (Slice or Split along the last axis,
     constant bounds), as torch exports Phi-3's qkv_proj and gate_up_proj, becomes one MatMul per part by
     W's columns of that part, so the matchers see separate projections;
+  - a node computing what an earlier one computes (same op, inputs, attributes) is merged into it;
   - nodes no graph output depends on are dropped.
 
 Everything is bounded: each node is visited once in a dependency order computed without recursion, and a
@@ -27,8 +28,8 @@ from ..domains import DEFAULT_DOMAINS
 from .folding import fold_node, infer_static_shapes
 from .index import constant_node_value
 from .order import dependency_order
-from .rewrites import bypassed_input, drop_whole_and_empty_slices, gemm_as_matmul, split_fused_linears, \
-    split_key_transposes, unflatten_linears
+from .rewrites import bypassed_input, drop_whole_and_empty_slices, gemm_as_matmul, merge_duplicate_nodes, \
+    sequence_splits_as_split, split_fused_linears, split_key_transposes, unflatten_linears
 
 
 # Passes at most: each slice rewrite can let one more level of shape arithmetic fold (Phi-3's q, then k).
@@ -45,13 +46,25 @@ def normalise(model):
     return model
 
 
-def _normalise_once(model):
-    """One pass of normalise; returns whether a slice rewrite happened."""
+def fold_constants(model):
+    """Only the evaluation part of normalise, repeated until nothing more folds: no node is bypassed or
+    rewritten, so every tensor that is not folded keeps its name (graph/layout.py relies on it)."""
+    for _ in range(MAX_PASSES):
+        before = len(model.graph.node)
+        _normalise_once(model, fold_only=True)
+        if len(model.graph.node) == before:
+            break
+    return model
+
+
+def _normalise_once(model, fold_only=False):
+    """One pass of normalise; returns whether a slice rewrite happened. fold_only: evaluate, and drop what
+    no output reads, nothing else."""
     graph = model.graph
     order = dependency_order(graph)
     if order is None:  # a cycle: leave the graph as it is for the checks that name it
         return False
-    opset = _default_opset(model)
+    opset = default_opset(model)
     inferred = infer_static_shapes(model)
     values = {t.name: None for t in graph.initializer}  # name -> array, read lazily
     inits = {t.name: t for t in graph.initializer}
@@ -89,11 +102,11 @@ def _normalise_once(model):
                     kept.append(node)
                     break
             continue
-        bypass = bypassed_input(node, inferred)
+        bypass = None if fold_only else bypassed_input(node, inferred)
         if bypass is not None and node.output[0] not in output_names:
             renamed[node.output[0]] = bypass
             continue
-        gemm = gemm_as_matmul(node, value_of)
+        gemm = None if fold_only else gemm_as_matmul(node, value_of)
         if gemm is not None:
             kept.extend(gemm[0])
             for name, value in gemm[1].items():
@@ -102,15 +115,19 @@ def _normalise_once(model):
         kept.append(node)
 
     _write_back(graph, kept, values, inits)
+    if fold_only:
+        return False
+    merge_duplicate_nodes(graph)
     unflatten_linears(graph)
-    changed = split_fused_linears(graph)
+    changed = sequence_splits_as_split(graph)
+    changed = split_fused_linears(graph) or changed
     changed = drop_whole_and_empty_slices(graph) or changed
     split_key_transposes(graph)
     _write_back(graph, list(graph.node), {}, {t.name: t for t in graph.initializer})
     return changed
 
 
-def _default_opset(model):
+def default_opset(model):
     for opset in model.opset_import:
         if opset.domain in DEFAULT_DOMAINS:
             return opset.version

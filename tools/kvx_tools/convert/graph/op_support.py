@@ -28,6 +28,14 @@ SUPPORTED_DEFAULT_OPS = frozenset({
     "Flatten", "GatherND", "IsNaN", "Gemm", "Dropout", "ReduceSum", "CumSum", "ScatterND",
     # blockwise quantized weights (opset 21), dequantized into MatMul weights by quantized/ops.py
     "DequantizeLinear",
+    # dynamo without its optimizer: type_as of the normed activations, the scale cast to their type, torch.split
+    # as a sequence (graph/rewrites.py makes it a Split)
+    "CastLike", "SplitToSequence", "SequenceAt",
+    # opset 23, what dynamo's optimizer fuses sdpa, RoPE and RMSNorm into (blocks/attention_core.py,
+    # blocks/rotary.py, blocks/norms.py)
+    "Attention", "RotaryEmbedding", "RMSNormalization",
+    # OLMo's clip_qkv (clamp)
+    "Clip",
 })
 
 # Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft

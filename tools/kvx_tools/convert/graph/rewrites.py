@@ -138,6 +138,10 @@ def split_fused_linears(graph):
     return changed
 
 
+# A Slice end at least this large keeps the rest of its axis whatever its length (torch writes INT64_MAX).
+WHOLE_AXIS_END = 1 << 31
+
+
 def drop_whole_and_empty_slices(graph):
     from .index import GraphIndex
     ix = GraphIndex(graph)
@@ -146,9 +150,14 @@ def drop_whole_and_empty_slices(graph):
         shape = ix.static_shape(node.input[0])
         bounds = [ix.constant(n) for n in node.input[1:4]]
         steps = ix.constant(node.input[4]) if len(node.input) > 4 and node.input[4] else np.ones(1, np.int64)
-        if shape is None or any(b is None or b.size != 1 for b in bounds) or steps.size != 1 or int(steps[0]) != 1:
+        if any(b is None or b.size != 1 for b in bounds) or steps.size != 1 or int(steps[0]) != 1:
             continue
         start, end, axis = (int(np.asarray(b).reshape(-1)[0]) for b in bounds)
+        if start == 0 and end >= WHOLE_AXIS_END and node.output[0] not in ix.output_names:
+            renamed[node.output[0]] = node.input[0]  # x[:, 0:] whatever the length (HF's logits_to_keep=0)
+            continue
+        if shape is None:
+            continue
         axis = axis + len(shape) if axis < 0 else axis
         if not 0 <= axis < len(shape) or shape[axis] is None:
             continue
@@ -245,6 +254,10 @@ def bypassed_input(node, inferred):
         source = inferred.elem_types.get(node.input[0])
         if source is not None and source == node_attr(node, "to"):
             return node.input[0]
+    if node.op_type == "CastLike" and len(node.input) == 2:  # dynamo's type_as of a tensor already that type
+        source, like = (inferred.elem_types.get(name) for name in node.input)
+        if source is not None and source == like:
+            return node.input[0]
     return None
 
 
@@ -273,3 +286,71 @@ def gemm_as_matmul(node, value_of):
         new_values[bias_name] = np.ascontiguousarray((c * np.asarray(beta, dtype=c.dtype)).astype(c.dtype))
         nodes.append(helper.make_node("Add", [matmul_out, bias_name], [node.output[0]], name=f"{base}/bias"))
     return nodes, new_values
+
+
+def sequence_splits_as_split(graph):
+    """SplitToSequence(x, split) read only by SequenceAt(seq, constant i), as dynamo writes torch.split without
+    its optimizer, becomes Split(x) whose outputs are the SequenceAts' (so a fused projection's parts are
+    plain Split outputs). Needs x's width along the axis where split is one chunk size."""
+    from .index import GraphIndex
+    ix = GraphIndex(graph)
+    renamed = {}
+    for node in [n for n in graph.node if n.op_type == "SplitToSequence" and len(n.input) == 2]:
+        readers = ix.consumers(node.output[0])
+        split, axis = ix.constant(node.input[1]), node_attr(node, "axis", 0)
+        shape = ix.static_shape(node.input[0])
+        indices = [ix.scalar(r.input[1]) if r.op_type == "SequenceAt" and len(r.input) == 2 else None for r in readers]
+        if split is None or not readers or None in indices or node_attr(node, "keepdims", 1) != 1 or shape is None \
+                or not -len(shape) <= axis < len(shape) or shape[axis] is None:
+            continue
+        width = shape[axis]
+        sizes = [int(v) for v in np.asarray(split).reshape(-1)]
+        if split.ndim == 0:
+            sizes = [sizes[0]] * (width // sizes[0]) + ([width % sizes[0]] if width % sizes[0] else [])
+        if sum(sizes) != width or min(sizes) <= 0 or any(not 0 <= i < len(sizes) for i in indices):
+            continue
+        outputs = [f"{node.output[0]}/part_{k}" for k in range(len(sizes))]
+        sizes_name = f"{node.output[0]}/sizes"
+        graph.initializer.append(numpy_helper.from_array(np.array(sizes, np.int64), sizes_name))
+        graph.node.append(helper.make_node("Split", [node.input[0], sizes_name], outputs, name=f"{node.name}/as_split",
+                                           axis=axis))
+        for reader, index in zip(readers, indices):
+            renamed[reader.output[0]] = outputs[int(index)]
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in renamed:
+                node.input[k] = renamed[name]
+    return bool(renamed)
+
+
+def merge_duplicate_nodes(graph):
+    """A node computing what an earlier node computes (same op, inputs and attributes) is dropped and its
+    outputs read from the earlier one's: dynamo without its optimizer writes q.view(...).transpose(1, 2) twice,
+    once for x * cos and once for rotate_half(x). Nodes whose result is not a function of their inputs
+    (random numbers) and graph outputs are kept."""
+    from .order import dependency_order
+    order = dependency_order(graph)
+    if order is None:
+        return False
+    outputs = {o.name for o in graph.output}
+    renamed, first = {}, {}
+    for node in order:
+        for k, name in enumerate(node.input):
+            if name in renamed:
+                node.input[k] = renamed[name]
+        if "Random" in node.op_type or any(o in outputs for o in node.output):
+            continue
+        key = (node.domain, node.op_type, tuple(node.input), tuple(a.SerializeToString() for a in node.attribute))
+        if key in first:
+            for mine, theirs in zip(node.output, first[key].output):
+                renamed[mine] = theirs
+        else:
+            first[key] = node
+    if not renamed:
+        return False
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            while name in renamed:
+                name = renamed[name]
+            node.input[k] = name
+    return True

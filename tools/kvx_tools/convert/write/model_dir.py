@@ -30,9 +30,9 @@ SLIDING_WINDOW_LIMIT = 1 << 30
 
 
 # config.json's layer options (docs/model-format.md, Layer options) a mapper may set in its hyperparameters.
-LAYER_OPTIONS = ("mlp", "norm_weight_offset", "qk_norm", "norm_placement", "residual", "rotary_dim",
-                 "rope_local_layers", "embedding_scale", "attention_scale", "attn_logit_softcap",
-                 "final_logit_softcap")
+LAYER_OPTIONS = ("norm", "positions", "mlp", "norm_weight_offset", "qk_norm", "norm_placement", "residual",
+                 "rotary_dim", "rope_local_layers", "embedding_scale", "attention_scale", "attn_logit_softcap",
+                 "final_logit_softcap", "clip_qkv", "residual_scale", "logit_scale")
 
 
 def _json_float32(value):

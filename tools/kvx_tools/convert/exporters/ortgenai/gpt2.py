@@ -19,8 +19,7 @@ own causal mask, so the walk only checks that the attention is causal.
 import numpy as np
 
 from ...errors import cannot_map
-from ...families.gpt2_layers import Gpt2Attention, Gpt2Graph, Gpt2Layer, LinearWeights, split_fused_qkv
-from ...families.gpt2 import assemble_gpt2
+from .gpt2_model import Gpt2Attention, Gpt2Graph, Gpt2Layer, LinearWeights, assemble_gpt2, split_fused_qkv
 from ...graph.index import node_attr
 from ...blocks.embedding import match_classifier
 from ...blocks.layer_norm import LayerNorm

@@ -9,7 +9,7 @@ Llama and Mistral on CPU in fp32:
 
 The packed projection's columns are the query's H * D, then the key's Hkv * D, then the value's (the
 operator schema's packed layout); H and Hkv are the num_heads and kv_num_heads attributes. RoPE is inside
-the op (do_rotary=1) with precomputed cos/sin tables, fitted back to inverse frequencies (exporters/ortgenai/rope_caches.py);
+the op (do_rotary=1) with precomputed cos/sin tables, fitted back to inverse frequencies (blocks/rope_tables.py);
 kvx computes positions itself, so seqlens_k and total_sequence_length (the builder's attention-mask
 arithmetic) are not read. local_window_size W >= 0 is a window of W keys (the query's own included), as
 kvx's sliding_window counts it: tests/python/test_convert_exporter_fixtures.py checks that against ONNX
@@ -31,7 +31,7 @@ from ...blocks.attention import Attention
 from ...blocks.linear import linear_consumers, linear_weight, sole_linear_consumer
 from ...domains import MS_DOMAIN
 from .llama_patterns import projection_end
-from .rope_caches import plain_inv_freq
+from ...blocks.rope_tables import plain_inv_freq
 
 GQA_OP = (MS_DOMAIN, "GroupQueryAttention")
 (GQA_QUERY, GQA_KEY, GQA_VALUE, GQA_PAST_KEY, GQA_PAST_VALUE, GQA_SEQLENS_K, GQA_TOTAL_SEQUENCE_LENGTH,

@@ -11,11 +11,12 @@ builders). The context length is the RoPE tables' row count: the op cannot look 
 """
 
 from ...errors import ConvertError
-from ...families.llama import DecoderWalk, embedding_scale
+from ...families.decoder import embedding_scale
 from ...families.mapped_model import float_weight
 from ...blocks.embedding import match_classifier, token_embedding_gather
 from ...blocks.linear import linear_consumers
-from ...blocks.gated_mlp import match_swiglu
+from ...blocks.mlp import match_mlp, mlp_projections
+from .walk import DecoderWalk
 from .gqa import gqa_consumer, match_gqa_attention
 from .llama_patterns import match_fused_attention, match_simplified_norm, match_skip_norm
 
@@ -64,7 +65,7 @@ def map_ortgenai_llama(ix):
         attention.post_norm, branch = _post_norm(ix, attention.output)
         ffn_norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         _refuse_early_classifier(ix, ffn_norm, len(walk.layers))
-        mlp = match_swiglu(ix, ffn_norm.output, None, ix.producer(ffn_norm.output))
+        mlp = match_mlp(ix, ffn_norm.output, mlp_projections(ix, ffn_norm.output), ix.producer(ffn_norm.output))
         mlp.post_norm, branch = _post_norm(ix, mlp.output)
         walk.add_layer(norm, attention, ffn_norm, mlp)
         norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))

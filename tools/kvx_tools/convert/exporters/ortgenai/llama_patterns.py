@@ -23,10 +23,10 @@ import numpy as np
 from ...errors import ConvertError, cannot_map
 from ...graph.index import node_attr
 from ...blocks.attention import Attention
-from ...blocks.linear import linear_consumers, linear_weight, sole_linear_consumer
+from ...blocks.linear import bias_after, linear_consumers, linear_weight, sole_linear_consumer
 from ...blocks.rms_norm import RmsNorm
 from ...domains import MS_DOMAIN
-from .rope_caches import plain_inv_freq
+from ...blocks.rope_tables import plain_inv_freq
 
 # (domain, op type) of every operator this module maps; graph/op_support.py lets them through.
 ORTGENAI_LLAMA_OPS = frozenset({
@@ -70,12 +70,8 @@ class ProjectionEnd:
 
 def projection_end(ix, tensor):
     """Follows a projection's output through an optional bias Add and an optional per-head RMSNorm."""
-    bias = norm = None
-    consumers = ix.consumers(tensor)
-    if len(consumers) == 1 and consumers[0].op_type == "Add":
-        constant = ix.constant(ix.other_input(consumers[0], tensor))
-        if constant is not None and constant.ndim == 1:
-            bias, tensor = constant, consumers[0].output[0]
+    norm = None
+    bias, tensor = bias_after(ix, tensor)
     consumers = ix.consumers(tensor)
     if len(consumers) == 1 and consumers[0].op_type == "Reshape":
         after = ix.consumers(consumers[0].output[0])

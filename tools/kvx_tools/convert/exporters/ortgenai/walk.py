@@ -1,62 +1,16 @@
-"""Maps a Llama ONNX graph onto kvx's tensors by walking the residual stream:
-
-  Gather(embedding, input_ids) -> [RMSNorm -> attention -> Add, RMSNorm -> SwiGLU -> Add] x n_layers
-  -> RMSNorm -> MatMul(classifier) -> logits
-
-Hyperparameters come from what the walk finds (weight shapes, Reshape targets, constants), never from
-names or from assumptions about the architecture's defaults.
-"""
+"""The MappedModel of a builder graph (exporters/ortgenai/llama.py's walk): the tensors and hyperparameters the
+walk found, layer by layer, checked against each other."""
 
 import numpy as np
 
-from ..errors import ConvertError
-from .mapped_model import MappedModel, add_classifier, check_shapes, float_weight, the_one_eps
-from ..blocks.attention import match_attention
-from ..blocks.embedding import final_softcap, match_classifier, token_embedding_gather
-from ..blocks.gated_mlp import match_swiglu
-from ..blocks.rms_norm import match_rms_norm
-from ..blocks.sliding_window import layer_mask_windows
-
-
-def embedding_scale(ix, gather):
-    """(scale, tensor): the constant the token embedding is multiplied by before the first layer (Gemma's
-    sqrt(hidden), which HF rounds to the activations' dtype: the graph's constant is that value) and the
-    scaled tensor, or (None, the gather's output)."""
-    hidden = gather.output[0]
-    muls = [m for m in ix.consumers(hidden, "Mul") if ix.scalar(ix.other_input(m, hidden)) is not None]
-    if len(muls) == 1 and all(n is muls[0] or n.op_type == "Shape" for n in ix.consumers(hidden)):
-        return float(np.float32(ix.scalar(ix.other_input(muls[0], hidden)))), muls[0].output[0]
-    return None, hidden
-
-
-def _with_layer_windows(ix, walk):
-    """The walk's model with graph_windows set where the layers' masks differ in their sliding window (Gemma
-    2/3), whose sliding layers may rotate with RoPE frequencies of their own (Gemma 3)."""
-    windows = layer_mask_windows(ix, [layer.mask for layer in walk.layers])
-    model = walk.model(local_layers=[i for i, w in enumerate(windows) if w is not None] if windows else None)
-    model.graph_windows = windows
-    return model
-
-
-def map_llama(ix):
-    gather = token_embedding_gather(ix)
-    walk = DecoderWalk(ix, float_weight(ix.constant(gather.input[0]), "the token embedding"))
-    walk.embedding_scale, hidden = embedding_scale(ix, gather)
-    norm = match_rms_norm(ix, hidden, ix.producer(hidden))
-    while not walk.at_classifier(norm):
-        attention = match_attention(ix, norm.output, hidden, ix.producer(hidden))
-        ffn_norm = match_rms_norm(ix, attention.output, ix.producer(attention.output))
-        mlp = match_swiglu(ix, ffn_norm.output, attention.output, ix.producer(attention.output))
-        walk.add_layer(norm, attention, ffn_norm, mlp)
-        hidden = mlp.output
-        norm = match_rms_norm(ix, hidden, ix.producer(hidden))
-    return _with_layer_windows(ix, walk)
+from ...errors import ConvertError
+from ...families.mapped_model import MappedModel, add_classifier, check_shapes, float_weight, the_one_eps
+from ...blocks.embedding import final_softcap, match_classifier
 
 
 class DecoderWalk:
-    """What a walk along a Llama's residual stream collects, layer by layer, and the MappedModel made of
-    it. The walk itself (which patterns, how the residual adds are spelled) belongs to the caller:
-    map_llama for torch's standard operators, ortgenai_llama_mapper for ONNX Runtime's fused ones."""
+    """What the walk along a builder graph's residual stream (llama.py) collects, layer by layer, and the
+    MappedModel made of it."""
 
     def __init__(self, ix, embedding):
         self.ix = ix
@@ -66,7 +20,7 @@ class DecoderWalk:
         self.layers = []  # patterns_attention.Attention of each layer
         self.classifier = None
         self.embedding_scale = None  # the constant the embedding is multiplied by, if any
-        self.mlp_activations = set()
+        self.mlp_kinds = set()
         self.final_softcap = None
 
     def at_classifier(self, norm):
@@ -84,7 +38,7 @@ class DecoderWalk:
         self.tensors[f"layers.{i}.attn_norm"] = float_weight(attn_norm.weight, f"layer {i} attention norm")
         self.tensors[f"layers.{i}.ffn_norm"] = float_weight(ffn_norm.weight, f"layer {i} MLP norm")
         self.tensors.update(_layer_linears(i, attention, mlp))
-        self.mlp_activations.add(mlp.activation)
+        self.mlp_kinds.add(mlp.kind)
         if (attention.post_norm is None) != (mlp.post_norm is None):
             raise ConvertError(f"cannot map graph: layer {i} normalises one block's output before the residual add "
                                "but not the other's; kvx's sandwich norms come in pairs")
@@ -166,11 +120,12 @@ class DecoderWalk:
             hyper["norm_placement"] = "sandwich"
         if self.embedding_scale is not None and self.embedding_scale != 1.0:
             hyper["embedding_scale"] = self.embedding_scale
-        if len(self.mlp_activations) != 1:
-            raise ConvertError(f"cannot map graph: the layers' MLPs use different activations {sorted(self.mlp_activations)}")
+        if len(self.mlp_kinds) != 1 or not self.mlp_kinds <= {"swiglu", "geglu_tanh"}:
+            raise ConvertError(f"cannot map graph: the layers' MLPs are {sorted(self.mlp_kinds)}; the builder's "
+                               "graphs kvx reads have one gated MLP kind")
         # GeGLU (tanh GELU of the gate) is the gemma architecture's MLP (docs/model-format.md); the graph's norm
-        # weights are stored as the graph multiplies by them (torch folds Gemma's 1 + w), so no norm offset.
-        architecture = "gemma" if self.mlp_activations == {"gelu_tanh"} else "llama"
+        # weights are stored as the graph multiplies by them (the builder folds Gemma's 1 + w), so no norm offset.
+        architecture = "gemma" if self.mlp_kinds == {"geglu_tanh"} else "llama"
         check_shapes(architecture, hyper, tensors)
         return MappedModel(architecture=architecture, hyperparameters=hyper, tensors=tensors, max_positions=max_positions)
 

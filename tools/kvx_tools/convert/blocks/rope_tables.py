@@ -16,7 +16,7 @@ fail this and are refused rather than approximated.
 
 import numpy as np
 
-from ...errors import ConvertError
+from ..errors import ConvertError
 
 TOLERANCE = 2.0 ** -11  # one fp16 rounding step of a value in [0.5, 1)
 CANDIDATE_ULPS = 16  # fp32 values tried on each side of the least-squares frequency
