@@ -2,6 +2,7 @@
 """What the converter refuses: each case exits 1 with one line on stderr that says what is wrong,
 names the node where there is one, and writes nothing."""
 
+import json
 import tempfile
 import unittest
 from pathlib import Path
@@ -155,6 +156,29 @@ class ConverterRefusals(unittest.TestCase):
         out_dir = self.tmp / "given_length"
         run_ok(self, "kvx_tools.convert", no_metadata, "-o", out_dir, "--max-seq-len", 100)
         self.assertIn('"max_seq_len": 100', (out_dir / "config.json").read_text())
+
+    def test_max_seq_len_from_hf_config_beside_the_graph(self):
+        """torch's exporters write no max_position_embeddings; optimum's output folder (and a graph saved beside
+        the HF model) has HF's config.json, which gives it. A kvx model directory's config.json is not HF's."""
+        folder = self.tmp / "beside_hf_config"
+        folder.mkdir()
+        graph = folder / "model.onnx"
+        graph.write_bytes(self._variant("no_metadata_hf", lambda model: model.ClearField("metadata_props")).read_bytes())
+        for config, outcome in (({"max_position_embeddings": 48}, '"max_seq_len": 48'),
+                                ({"n_positions": 40}, '"max_seq_len": 40'),
+                                ({"format": "kvx-model", "max_position_embeddings": 48}, None),
+                                ({"max_position_embeddings": "long"}, "is not an integer"),
+                                ({"max_position_embeddings": 0}, "must be positive")):
+            with self.subTest(config):
+                (folder / "config.json").write_text(json.dumps(config))
+                out_dir = self.tmp / "hf_length"
+                if outcome and outcome.startswith('"'):
+                    run_ok(self, "kvx_tools.convert", graph, "-o", out_dir)
+                    self.assertIn(outcome, (out_dir / "config.json").read_text())
+                else:
+                    self._refused(graph, outcome or "--max-seq-len")
+        (folder / "config.json").write_text("{not json")
+        self._refused(graph, "config.json: not JSON")
 
     def test_token_id_metadata_must_be_ids_in_the_vocabulary(self):
         for key, value, fragment in (("bos_token_id", "one", "is not a token id"),

@@ -24,6 +24,7 @@ from pathlib import Path
 from .errors import ConvertError
 from .graph.index import GraphIndex
 from .exporters.ortgenai.genai_config import read_genai_config
+from .exporters.hf_config import hf_context_length
 from .families.dispatch import map_graph
 from .graph.normalise import normalise
 from .write.model_dir import kvx_config, write_model_dir
@@ -41,9 +42,11 @@ from .write.weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
 
-def max_seq_len_of(model, override, n_positions=None, table="the position embedding", genai_length=None):
+def max_seq_len_of(model, override, n_positions=None, table="the position embedding", genai_length=None,
+                   hf_length=(None, None)):
     """--max-seq-len if given, else the model's max_position_embeddings metadata, else genai_config.json's
-    context_length (genai_length, ONNX Runtime GenAI's builder), else the rows of the table
+    context_length (genai_length, ONNX Runtime GenAI's builder), else the Hugging Face config.json beside the
+    graph (hf_length: (value, origin), exporters/hf_config.py), else the rows of the table
     the graph looks positions up in (n_positions: a learned position embedding's, or the RoPE tables' of
     ONNX Runtime's RotaryEmbedding; None where the graph computes its RoPE angles). Such a table bounds the
     context. Computed RoPE carries no length limit of its own, so with neither there is no safe value."""
@@ -54,6 +57,8 @@ def max_seq_len_of(model, override, n_positions=None, table="the position embedd
         value, origin = props[MAX_SEQ_LEN_METADATA], f"metadata '{MAX_SEQ_LEN_METADATA}'"
     elif genai_length is not None:
         value, origin = genai_length, "genai_config.json's context_length"
+    elif hf_length[0] is not None:
+        value, origin = hf_length
     elif n_positions is not None:
         return n_positions
     else:
@@ -61,7 +66,7 @@ def max_seq_len_of(model, override, n_positions=None, table="the position embedd
                            "give the context length with --max-seq-len N")
     try:
         value = int(value)
-    except ValueError:
+    except (TypeError, ValueError):
         raise ConvertError(f"{origin} is not an integer: {value!r}") from None
     if value <= 0:
         raise ConvertError(f"{origin} must be positive, got {value}")
@@ -99,10 +104,12 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     ix = GraphIndex(normalise(model).graph, model)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
+    hf_length = hf_context_length(onnx_path)
     if positions is None:
-        seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables", genai_length)
+        seq_len = max_seq_len_of(model, max_seq_len, mapped.max_positions, "the RoPE tables", genai_length, hf_length)
     else:
-        seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0], genai_length=genai_length)
+        seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0], genai_length=genai_length,
+                                 hf_length=hf_length)
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
     if check_weights:  # after the slice above: rows beyond the context are not stored, so cannot harm
         check_finite_weights(mapped.tensors, ix.constants_read())
