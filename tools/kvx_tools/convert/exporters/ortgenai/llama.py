@@ -10,6 +10,8 @@ graphs, exporters/ortgenai/gqa.py) or RotaryEmbedding + MultiHeadAttention (its 
 builders). The context length is the RoPE tables' row count: the op cannot look up a later position.
 """
 
+import numpy as np
+
 from ...errors import ConvertError
 from ...families.decoder import embedding_scale
 from ...families.mapped_model import float_weight
@@ -54,6 +56,17 @@ def _post_norm(ix, branch):
     return None, branch
 
 
+def _scaled(ix, branch):
+    """(factor, its output) where a block's output is multiplied by a constant before the residual add (the
+    builder's residual_mul for Granite), else (None, branch)."""
+    consumers = ix.consumers(branch)
+    if len(consumers) == 1 and consumers[0].op_type == "Mul":
+        factor = ix.scalar(ix.other_input(consumers[0], branch))
+        if factor is not None:
+            return float(np.float32(factor)), consumers[0].output[0]
+    return None, branch
+
+
 def map_ortgenai_llama(ix):
     gather = token_embedding_gather(ix)
     walk = DecoderWalk(ix, float_weight(ix.constant(gather.input[0]), "the token embedding"))
@@ -63,11 +76,13 @@ def map_ortgenai_llama(ix):
     while not walk.at_classifier(norm):
         attention, max_position, window = _attention(ix, norm.output, ix.producer(norm.output))
         attention.post_norm, branch = _post_norm(ix, attention.output)
+        attn_scale, branch = _scaled(ix, branch)
         ffn_norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         _refuse_early_classifier(ix, ffn_norm, len(walk.layers))
         mlp = match_mlp(ix, ffn_norm.output, mlp_projections(ix, ffn_norm.output), ix.producer(ffn_norm.output))
         mlp.post_norm, branch = _post_norm(ix, mlp.output)
-        walk.add_layer(norm, attention, ffn_norm, mlp)
+        mlp_scale, branch = _scaled(ix, branch)
+        walk.add_layer(norm, attention, ffn_norm, mlp, (attn_scale, mlp_scale))
         norm, hidden = match_skip_norm(ix, hidden, branch, ix.producer(branch))
         max_positions.append(max_position)
         windows.append(window)

@@ -20,7 +20,7 @@ mask) is required but not read.
 from dataclasses import dataclass
 import numpy as np
 
-from ...errors import ConvertError, cannot_map
+from ...errors import cannot_map
 from ...graph.index import node_attr
 from ...blocks.attention import Attention
 from ...blocks.linear import bias_after, linear_consumers, linear_weight, sole_linear_consumer
@@ -271,7 +271,7 @@ def match_fused_attention(ix, normed, after):
                 e.norm = RmsNorm(_interleaved_to_rotate_half(e.norm.weight[None, :], 1)[0], e.norm.eps, e.norm.output)
     attention = Attention(wq=wq, wk=wk, wv=wv, wo=linear_weight(ix, o_proj), n_heads=n_heads,
                           n_kv_heads=n_kv_heads, head_dim=head_dim, inv_freq=q_rope.inv_freq, output=o_proj.output[0],
-                          biases=biases, q_norm=q_end.norm, k_norm=k_end.norm)
+                          biases=biases, q_norm=q_end.norm, k_norm=k_end.norm, scale=attention_scale(mha, head_dim))
     if (q_end.norm is None) != (k_end.norm is None) or v_end.norm is not None:
         raise cannot_map(q, "a per-head RMSNorm on both the query and the key, or on neither")
     return attention, min(q_rope.max_position, k_rope.max_position)
@@ -301,10 +301,12 @@ def _check_attention_inputs(ix, mha, head_dim):
         raise cannot_map(mha, "no bias input (kvx's llama projections have none)")
     if not _input(mha, MHA_ATTENTION_BIAS) and not node_attr(mha, "unidirectional", 0):
         raise cannot_map(mha, "causal attention: an attention_bias mask or unidirectional=1")
+
+
+def attention_scale(mha, head_dim):
+    """MultiHeadAttention's scale where it is not 1/sqrt(head_dim) (Granite's attention_multiplier), else None."""
     scale = node_attr(mha, "scale", 0.0) or 1.0 / np.sqrt(head_dim)  # 0 (or none) means 1/sqrt(head_dim)
-    if not np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5):
-        raise ConvertError(f"cannot map node '{mha.name}' (op MultiHeadAttention): expected attention scores "
-                           f"scaled by 1/sqrt(head_dim) = {1.0 / np.sqrt(head_dim):.6g}, found {scale:.6g}")
+    return None if np.isclose(scale, 1.0 / np.sqrt(head_dim), rtol=1e-5) else float(scale)
 
 
 def _interleaved_to_rotate_half(w, n_heads):

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...errors import ConvertError
 from ...families.mapped_model import MappedModel, add_classifier, check_shapes, float_weight, the_one_eps
-from ...blocks.embedding import final_softcap, match_classifier
+from ...blocks.embedding import classifier_reading
 
 
 class DecoderWalk:
@@ -22,18 +22,27 @@ class DecoderWalk:
         self.embedding_scale = None  # the constant the embedding is multiplied by, if any
         self.mlp_kinds = set()
         self.final_softcap = None
+        self.logit_scale = None  # Granite's 1 / logits_scaling
+        self.classifier_bias = None
+        self.residual_scales = set()  # each block's output times this before its add (Granite), None for none
 
     def at_classifier(self, norm):
         """Whether norm (a patterns_norm.RmsNorm) feeds the classifier; if so it is the final norm."""
         self.norm_eps.add(norm.eps)
-        self.classifier = match_classifier(self.ix, norm.output)
-        if self.classifier is not None:
+        found = classifier_reading(self.ix, norm.output)
+        if found is not None:
+            self.classifier, self.classifier_bias = found.weight, found.bias
+            self.final_softcap, self.logit_scale = found.softcap, found.scale
             self.tensors["final_norm"] = float_weight(norm.weight, "the final norm")
-            self.final_softcap = final_softcap(self.ix, norm.output)
-        return self.classifier is not None
+        return found is not None
 
-    def add_layer(self, attn_norm, attention, ffn_norm, mlp):
+    def add_layer(self, attn_norm, attention, ffn_norm, mlp, residual_scales=(None, None)):
+        """residual_scales: the constants the attention's and the MLP's outputs are multiplied by before their adds."""
         i = len(self.layers)
+        if residual_scales[0] != residual_scales[1]:
+            raise ConvertError(f"cannot map graph: layer {i} scales its blocks' outputs differently {residual_scales}; "
+                               "kvx has one residual_scale")
+        self.residual_scales.add(residual_scales[0])
         self.norm_eps.add(ffn_norm.eps)
         self.tensors[f"layers.{i}.attn_norm"] = float_weight(attn_norm.weight, f"layer {i} attention norm")
         self.tensors[f"layers.{i}.ffn_norm"] = float_weight(ffn_norm.weight, f"layer {i} MLP norm")
@@ -94,6 +103,11 @@ class DecoderWalk:
             tensors["rope_inv_freq_local"] = float_weight(local_freq, "the sliding layers' inv_freq")
 
         tied = add_classifier(tensors, self.classifier, self.embedding)
+        if self.classifier_bias is not None:
+            tensors["classifier_bias"] = float_weight(self.classifier_bias, "the classifier bias")
+        if len(self.residual_scales) != 1:
+            raise ConvertError(f"cannot map graph: the layers scale their blocks' outputs differently "
+                               f"{sorted(self.residual_scales, key=str)}; kvx has one residual_scale")
         hyper = {
             "dim": self.embedding.shape[1],
             "hidden_dim": tensors["layers.0.w_gate"].shape[0],
@@ -120,6 +134,11 @@ class DecoderWalk:
             hyper["norm_placement"] = "sandwich"
         if self.embedding_scale is not None and self.embedding_scale != 1.0:
             hyper["embedding_scale"] = self.embedding_scale
+        if self.logit_scale is not None:
+            hyper["logit_scale"] = float(np.float32(self.logit_scale))
+        residual_scale = next(iter(self.residual_scales))
+        if residual_scale is not None:
+            hyper["residual_scale"] = residual_scale
         if len(self.mlp_kinds) != 1 or not self.mlp_kinds <= {"swiglu", "geglu_tanh"}:
             raise ConvertError(f"cannot map graph: the layers' MLPs are {sorted(self.mlp_kinds)}; the builder's "
                                "graphs kvx reads have one gated MLP kind")
