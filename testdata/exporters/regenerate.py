@@ -86,6 +86,44 @@ FAMILIES = {
                                        bos_token_id=0, eos_token_id=0)),
 }
 
+# Token ids inside the tiny vocabulary, where a family's defaults point past it (OLMo's eos 50279).
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+# Families of other layer traits (LayerNorm kinds, parallel residuals, partial and interleaved rotary, biases,
+# whole-projection q/k norms, clipping, scalar multipliers), each with the trait's value set where it changes
+# the logits of the 12-token prompt.
+FAMILIES.update({
+    # LayerNorm without weight or bias (non-parametric), q/k/v clipped to [-clip, clip], SwiGLU.
+    "olmo": ("OlmoConfig", dict(SMALL, clip_qkv=1.5, tie_word_embeddings=False, **IDS)),
+    # RMSNorm after each block only (no pre-norm), q/k RMSNorm over the whole projection (not per head).
+    "olmo2": ("Olmo2Config", dict(SMALL, tie_word_embeddings=False, **IDS)),
+    # The four multipliers: embedding, residual branches, attention scores (instead of 1/sqrt(head_dim)), logits.
+    "granite": ("GraniteConfig", dict(SMALL, embedding_multiplier=6.0, residual_multiplier=0.35,
+                                      attention_multiplier=0.1, logits_scaling=1.6, tie_word_embeddings=True)),
+    # LayerNorm with bias, partial rotary (a quarter of each head), q/k/v biases, sequential residual.
+    "stablelm": ("StableLmConfig", dict(SMALL, partial_rotary_factor=0.25, use_qkv_bias=True,
+                                        tie_word_embeddings=False)),
+    # One LayerNorm feeding attention and MLP side by side (parallel residual), partial rotary, biases on
+    # every projection and on the LM head, GELU-tanh MLP.
+    "phi": ("PhiConfig", dict(SMALL, partial_rotary_factor=0.5, tie_word_embeddings=False)),
+    # LayerNorm with bias, biases everywhere, GELU-tanh (ungated) MLP, sliding window.
+    "starcoder2": ("Starcoder2Config", dict(SMALL, sliding_window=WINDOW, use_bias=True, tie_word_embeddings=False,
+                                            **IDS)),
+    # LayerNorm without bias, parallel residual on one norm, interleaved rotary, logits scaled, tied.
+    "cohere": ("CohereConfig", dict(SMALL, logit_scale=0.5, tie_word_embeddings=True, **IDS)),
+    # Parallel residual on one LayerNorm, interleaved partial rotary (8 of 16), biased MLP and LM head.
+    "gptj": ("GPTJConfig", dict(vocab_size=VOCAB, n_embd=64, n_inner=96, n_layer=2, n_head=4, rotary_dim=8,
+                                n_positions=64, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)),
+    # Multi-query attention (one KV head) from one fused projection, parallel residual, exact GELU.
+    "falcon": ("FalconConfig", dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                    multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                                    bias=False, alibi=False, ffn_hidden_size=96, max_position_embeddings=64,
+                                    bos_token_id=0, eos_token_id=0)),
+    # GPT-2's layer with multi-query attention (one KV head).
+    "gpt-bigcode": ("GPTBigCodeConfig", dict(vocab_size=VOCAB, n_embd=64, n_inner=96, n_layer=2, n_head=4,
+                                             multi_query=True, n_positions=64, bos_token_id=0, eos_token_id=0)),
+})
+
 MODEL_CLASSES = {"Gemma3TextConfig": "Gemma3ForCausalLM"}  # the rest: AutoModelForCausalLM
 
 
@@ -107,20 +145,35 @@ def build_model(family):
     return model.eval()
 
 
+def load_as_users_do(hf_folder):
+    """The saved model as a user loads it: AutoModelForCausalLM.from_pretrained with no attention argument,
+    which gives HF's default attention (sdpa where the family has it, since transformers 4.36)."""
+    return transformers.AutoModelForCausalLM.from_pretrained(str(hf_folder)).eval()
+
+
 @torch.no_grad()
 def randomise(model):
     """HF's init (std 0.02, biases 0, norms 1) gives near-constant logits and hides biases and norm
     weights; draw everything instead: matrices N(0, 1/fan), vectors named weight 1 + N(0, 0.1)
-    (norm scales; Gemma's 1 + w form then scales by about 2), other vectors (biases) N(0, 0.1)."""
+    (norm scales; Gemma's 1 + w form then scales by about 2), other vectors (biases) N(0, 0.1).
+    Each value keeps 4 of fp32's 23 mantissa bits (truncated): still random to the tests, and the committed
+    graphs compress 3x in git (random fp32 does not compress at all)."""
     generator = torch.Generator().manual_seed(SEED)
     for name, p in model.named_parameters():
         noise = torch.randn(p.shape, generator=generator)
         if p.dim() >= 2:
-            p.copy_(noise / p.shape[-1] ** 0.5)
+            value = noise / p.shape[-1] ** 0.5
         elif name.endswith("weight"):
-            p.copy_(1.0 + 0.1 * noise)
+            value = 1.0 + 0.1 * noise
         else:
-            p.copy_(0.1 * noise)
+            value = 0.1 * noise
+        p.copy_(short_mantissa(value))
+
+
+def short_mantissa(t, bits=4):
+    """fp32 t with all but the top `bits` mantissa bits cleared (sign and exponent kept)."""
+    mask = (0xFFFFFFFF << (23 - bits)) & 0xFFFFFFFF
+    return (t.float().contiguous().view(torch.int32) & torch.tensor(mask, dtype=torch.int64).to(torch.int32)).view(torch.float32)
 
 
 def prompt_ids():
@@ -242,15 +295,31 @@ def torchscript_export(model, path, with_cache):
                           output_names=out_names, dynamic_axes=axes, do_constant_folding=True)
 
 
-def dynamo_export(model, path):
-    """dynamo=True over the cached wrapper: the graph a decoder needs, with torch.export's own names."""
-    args, in_names, out_names = example_inputs(model, with_cache=True)
+def dynamo_export(model, path, with_cache=True, optimize=True, opset=None):
+    """dynamo=True (torch.onnx.export's default since torch 2.9) over the wrapper: the graph a decoder needs,
+    with torch.export's own names. optimize=True and opset None (the exporter's own, 18) are its defaults."""
+    args, in_names, out_names = example_inputs(model, with_cache=with_cache)
     # Dim.AUTO: torch.export finds the relations itself (the mask is past + seq long, which named Dims
     # cannot say: "Attempted to add Dim('past_seq') to seq, where an integer was expected").
     auto = torch.export.Dim.AUTO
-    shapes = [{0: auto, 1: auto}] * 3 + [tuple({0: auto, 2: auto} for _ in args[3:])]  # *past is one tuple
-    program = torch.onnx.export(WithCache(model), args, dynamo=True, input_names=in_names,
-                                output_names=out_names, dynamic_shapes=tuple(shapes), optimize=True)
+    shapes = [{0: auto, 1: auto}] * 3 + ([tuple({0: auto, 2: auto} for _ in args[3:])] if with_cache else [])
+    options = {} if opset is None else {"opset_version": opset}
+    program = torch.onnx.export(WithCache(model) if with_cache else NoCache(model), args, dynamo=True,
+                                input_names=in_names, output_names=out_names, dynamic_shapes=tuple(shapes),
+                                optimize=optimize, **options)
+    program.save(str(path), external_data=False)
+    strip_node_metadata(path)
+
+
+def first_try_export(model, path):
+    """A user's first try, README's command: torch.onnx.export(model, (input_ids,), path) with every option at its
+    default (dynamo, its optimizer, no dynamic shapes: the graph is fixed to the 12-token prompt), the model as
+    from_pretrained loads it with its cache off (torch cannot return HF's DynamicCache)."""
+    model.config.use_cache = False
+    try:
+        program = torch.onnx.export(model, (torch.tensor([prompt_ids()]),), dynamo=True)
+    finally:
+        model.config.use_cache = True
     program.save(str(path), external_data=False)
     strip_node_metadata(path)
 
@@ -291,14 +360,28 @@ def genai_export(hf_folder, out, precision):
         raise RuntimeError(last_error_line(result.stderr + result.stdout))
 
 
+# name -> (export(model, hf_folder, out_folder), which model it exports). "eager": the reference model, eager
+# attention forced as before; "default": the saved folder loaded as a user does (load_as_users_do), i.e. HF's
+# default sdpa attention. optimum and the builder read the saved folder themselves (their own defaults).
 EXPORTERS = {
-    "torchscript": lambda model, hf, out: torchscript_export(model, out / "model.onnx", with_cache=False),
-    "torchscript-past": lambda model, hf, out: torchscript_export(model, out / "model.onnx", with_cache=True),
-    "dynamo": lambda model, hf, out: dynamo_export(model, out / "model.onnx"),
-    "optimum": lambda model, hf, out: optimum_export(hf, out),
-    "genai-fp32": lambda model, hf, out: genai_export(hf, out, "fp32"),
-    "genai-fp16": lambda model, hf, out: genai_export(hf, out, "fp16"),
+    "torchscript": (lambda model, hf, out: torchscript_export(model, out / "model.onnx", with_cache=False), "eager"),
+    "torchscript-past": (lambda model, hf, out: torchscript_export(model, out / "model.onnx", with_cache=True), "eager"),
+    "torchscript-sdpa": (lambda model, hf, out: torchscript_export(model, out / "model.onnx", with_cache=False), "default"),
+    "torchscript-past-sdpa": (lambda model, hf, out: torchscript_export(model, out / "model.onnx", with_cache=True), "default"),
+    "dynamo": (lambda model, hf, out: dynamo_export(model, out / "model.onnx"), "eager"),
+    "dynamo-nopast": (lambda model, hf, out: dynamo_export(model, out / "model.onnx", with_cache=False), "eager"),
+    "dynamo-sdpa": (lambda model, hf, out: dynamo_export(model, out / "model.onnx"), "default"),
+    "dynamo-sdpa-nopast": (lambda model, hf, out: dynamo_export(model, out / "model.onnx", with_cache=False), "default"),
+    "dynamo-sdpa-noopt": (lambda model, hf, out: dynamo_export(model, out / "model.onnx", optimize=False), "default"),
+    "dynamo-sdpa-opset23": (lambda model, hf, out: dynamo_export(model, out / "model.onnx", opset=23), "default"),
+    "dynamo-first-try": (lambda model, hf, out: first_try_export(model, out / "model.onnx"), "default"),
+    "optimum": (lambda model, hf, out: optimum_export(hf, out), None),
+    "genai-fp32": (lambda model, hf, out: genai_export(hf, out, "fp32"), None),
+    "genai-fp16": (lambda model, hf, out: genai_export(hf, out, "fp16"), None),
+    "genai-int4": (lambda model, hf, out: genai_export(hf, out, "int4"), None),
 }
+PRECISIONS = {"genai-fp16": "fp16", "genai-int4": "int4"}  # the test's tolerance; the rest fp32
+
 
 # What each exporter leaves that ORT does not need: tokenizer and HF config copies.
 KEEP = {"model.onnx", "model.onnx.data", "model.onnx_data", "genai_config.json"}
@@ -367,7 +450,7 @@ def make_fixture(family, exporter, model, hf_folder, prompt, hf):
     shutil.rmtree(out, ignore_errors=True)
     staging = Path(tempfile.mkdtemp())
     try:
-        EXPORTERS[exporter](model, hf_folder, staging)
+        EXPORTERS[exporter][0](model, hf_folder, staging)
         for file in staging.iterdir():
             if file.name in KEEP:
                 out.mkdir(parents=True, exist_ok=True)
@@ -382,7 +465,8 @@ def make_fixture(family, exporter, model, hf_folder, prompt, hf):
     (out / "prompt.json").write_text(json.dumps(prompt) + "\n")
     signature = graph_signature(out / "model.onnx")
     fixture = {"family": family, "exporter": exporter, "hf_class": type(model).__name__, "seed": SEED,
-               "precision": "fp16" if exporter.endswith("fp16") else "fp32",  # the test's tolerance
+               "precision": PRECISIONS.get(exporter, "fp32"),  # the test's tolerance
+               "attention": getattr(model.config, "_attn_implementation", None) if EXPORTERS[exporter][1] else None,
                "versions": versions(BUILDER_PYTHON if exporter.startswith("genai") else sys.executable), "hf_config": model.config.to_dict(),
                "inputs": signature["inputs"], "outputs": signature["outputs"]}
     (out / "fixture.json").write_text(json.dumps(fixture, indent=1, sort_keys=True, default=str) + "\n")
@@ -445,21 +529,27 @@ def main():
         hf = hf_logits(model, prompt)  # [prompt_len, vocab]
         with tempfile.TemporaryDirectory() as tmp:
             save_hf_folder(model, tmp)
+            models = {"eager": model, "default": load_as_users_do(tmp), None: model}
             for exporter in args.exporter or EXPORTERS:
                 key = f"{family}/{exporter}"
                 print(f"== {key}", flush=True)
                 try:
-                    summary[key] = make_fixture(family, exporter, model, Path(tmp), prompt, hf)
+                    summary[key] = make_fixture(family, exporter, models[EXPORTERS[exporter][1]], Path(tmp), prompt, hf)
                 except ExportFailed as error:  # a refusal is a result, recorded with its message
                     traceback.print_exc()
                     shutil.rmtree(HERE / family / exporter, ignore_errors=True)
                     summary[key] = {"made": False, "stage": error.stage, "error": str(error)}
                 print(f"   {summary[key]}", flush=True)
+                write_summary(summary_path, not_made_path, summary)  # after every pair: an interrupted run keeps them
+    write_summary(summary_path, not_made_path, summary)
+    return 0
+
+
+def write_summary(summary_path, not_made_path, summary):
     summary = dict(sorted(summary.items()))
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     not_made = {k: v["error"] for k, v in summary.items() if not v["made"]}
     not_made_path.write_text(json.dumps(not_made, indent=1) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -292,7 +292,7 @@ def _output_rows(ix, core, row_head, operands, q_order, head_dim):
     """The output projection's input rows in kvx's order: row h * head_dim + d of kvx is the merged element
     that holds query head h's output at dim d (the value's d-th column in the core's order)."""
     trace = ix.concrete.trace(core.output, core.merged)
-    shape = rows_as_batch_seq(ix.concrete.shape(core.merged))
+    shape = rows_as_batch_seq(ix.concrete, ix.concrete.shape(core.merged))
     if trace is None or shape is None or (trace.ids <= 0).any():
         raise cannot_map(core.o_proj, "the heads merged into [batch, seq, heads * head_dim] before the output projection")
     kvx_head = {tuple(order_set): h for h, order_set in enumerate(tuple(sorted(order)) for order in q_order)}

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..domains import DEFAULT_DOMAINS
 from ..errors import ConvertError, cannot_map
-from ..graph.layout import CONCRETE_BATCH, CONCRETE_SEQ, MOVING_OPS, PASSING_OPS, SCALING_OPS
+from ..graph.layout import MOVING_OPS, PASSING_OPS, SCALING_OPS
 from .linear import BiasedLinear, linear_weight
 from .norms import Norm, norm_reading
 from .rotary import rope_block_reading
@@ -218,7 +218,7 @@ def ids_along(ix, path, blame):
     if concrete is None:
         raise cannot_map(blame, "inputs whose dimensions kvx can make concrete (input_ids, attention_mask, "
                                 "position_ids, past key/value) to follow the heads through the graph")
-    shape = rows_as_batch_seq(concrete.shape(path.start))
+    shape = rows_as_batch_seq(concrete, concrete.shape(path.start))
     if shape is None:
         raise cannot_map(blame, f"the projection's output '{path.start}' of shape [batch, seq, width], found "
                                 f"{list(shape) if shape else 'no shape'}")
@@ -233,15 +233,15 @@ def ids_along(ix, path, blame):
     return PathIds(ids, block_inputs, scale * factor, tuple(shape))
 
 
-def rows_as_batch_seq(shape):
+def rows_as_batch_seq(concrete, shape):
     """[batch, seq, N] for a tensor of rows [batch, seq, N], or [batch * seq, N] as a Linear flattened them
     (GPT-2's Conv1D); None for any other shape."""
     if shape is None:
         return None
     if len(shape) == 3:
         return tuple(shape)
-    if len(shape) == 2 and shape[0] == CONCRETE_BATCH * CONCRETE_SEQ:
-        return (CONCRETE_BATCH, CONCRETE_SEQ, shape[1])
+    if len(shape) == 2 and shape[0] == concrete.batch * concrete.seq:
+        return (concrete.batch, concrete.seq, shape[1])
     return None
 
 

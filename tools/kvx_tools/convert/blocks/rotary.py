@@ -24,7 +24,6 @@ import numpy as np
 from ..domains import DEFAULT_DOMAINS
 from ..errors import ConvertError, cannot_map
 from ..graph.index import node_attr
-from ..graph.layout import CONCRETE_SEQ, example_positions
 from .rope_tables import TOLERANCE, inv_freq_from_caches
 
 # How close the frequencies fitted to the example's angles must come to a constant of the graph for that
@@ -121,12 +120,13 @@ def _block(ix, concrete, x, output, pairs, cos_tensor, sin_tensor, blame):
         raise cannot_map(blame, "cos and sin computed from the positions alone (kvx computes RoPE's angles itself)")
     cos = np.broadcast_to(values[cos_tensor], shape).astype(np.float64)
     sin = np.broadcast_to(values[sin_tensor], shape).astype(np.float64)
-    seq_axis = _sequence_axis(cos, sin)
+    seq = concrete.seq
+    seq_axis = _sequence_axis(cos, sin, seq)
     if seq_axis is None:
         raise cannot_map(blame, "cos and sin that vary with the position only")
     # [positions, last]: one row of the example per position (every other axis is the same there)
-    cos = np.moveaxis(cos, seq_axis, 0).reshape(CONCRETE_SEQ, -1, shape[-1])[:, 0]
-    sin = np.moveaxis(sin, seq_axis, 0).reshape(CONCRETE_SEQ, -1, shape[-1])[:, 0]
+    cos = np.moveaxis(cos, seq_axis, 0).reshape(seq, -1, shape[-1])[:, 0]
+    sin = np.moveaxis(sin, seq_axis, 0).reshape(seq, -1, shape[-1])[:, 0]
     firsts = [a for a, _ in pairs]
     seconds = [b for _, b in pairs]
     if not (np.allclose(cos[:, firsts], cos[:, seconds], atol=1e-6) and np.allclose(sin[:, firsts], sin[:, seconds], atol=1e-6)):
@@ -136,9 +136,9 @@ def _block(ix, concrete, x, output, pairs, cos_tensor, sin_tensor, blame):
     return RopeBlock(input=x, output=output, head_dim=shape[-1], pairs=pairs, inv_freq=inv_freq, amplitude=amplitude)
 
 
-def _sequence_axis(cos, sin):
-    """The one axis along which the example's cos and sin change: the position's."""
-    varying = [axis for axis in range(cos.ndim - 1) if cos.shape[axis] == CONCRETE_SEQ and
+def _sequence_axis(cos, sin, seq):
+    """The one axis along which the example's cos and sin change: the position's (of seq rows)."""
+    varying = [axis for axis in range(cos.ndim - 1) if cos.shape[axis] == seq and
                not (np.allclose(cos, np.take(cos, [0], axis=axis)) and np.allclose(sin, np.take(sin, [0], axis=axis)))]
     others_constant = all(np.allclose(cos, np.take(cos, [0], axis=a)) for a in range(cos.ndim - 1)
                           if a not in varying)
@@ -156,7 +156,7 @@ def _amplitude(cos, sin, blame):
 def _frequencies(ix, cos_tensor, cos, sin, blame):
     """inv_freq [pairs] fp32 from the example's cos and sin [positions, pairs]: the graph's own constant where
     one of its vectors matches the fit (in some order of its elements), else the fit."""
-    positions = example_positions(ix.concrete.has_past).astype(np.float64)
+    positions = ix.concrete.positions.astype(np.float64)
     angles = np.unwrap(np.arctan2(sin, cos), axis=0)
     slope = np.polyfit(positions, angles, 1)[0] if len(positions) > 1 else angles[0] / max(positions[0], 1)
     fitted = np.asarray(slope, dtype=np.float64)
@@ -260,7 +260,7 @@ def _rotary_embedding_op(ix, node):
     if values is None:
         raise cannot_map(node, "cos and sin computed from the positions alone")
     cos, sin = (np.asarray(values[t], dtype=np.float64) for t in (cos_name, sin_name))  # [batch, seq, half]
-    if cos.ndim != 3 or cos.shape[1] != CONCRETE_SEQ or cos.shape[2] != half:
+    if cos.ndim != 3 or cos.shape[1] != ix.concrete.seq or cos.shape[2] != half:
         raise ConvertError(f"cannot map node '{node.name}' (op RotaryEmbedding): expected cos/sin [batch, seq, "
                            f"{half}], found {list(cos.shape)}")
     amplitude = _amplitude(cos[0], sin[0], node)

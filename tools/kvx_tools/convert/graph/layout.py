@@ -61,6 +61,11 @@ class ConcreteGraph:
         self._opset = opset  # the default domain's, which decides how Split, Squeeze, Slice read their inputs
         self._values = {}  # tensor -> its value on the example run (values()), or None where it cannot be had
         self.has_past = any(_is_cache_input(i.name) for i in model.graph.input)
+        # The example's batch and run length: the concrete values, or the graph's own where an export fixed them
+        # (torch.onnx.export without dynamic shapes).
+        ids = dims.get("input_ids") or (CONCRETE_BATCH, CONCRETE_SEQ)
+        self.batch, self.seq = (ids[0], ids[1]) if len(ids) == 2 else (CONCRETE_BATCH, CONCRETE_SEQ)
+        self.positions = example_positions(self.has_past, self.seq)
 
     @classmethod
     def of(cls, model):
@@ -108,7 +113,7 @@ class ConcreteGraph:
         return None if result is None else Trace(np.asarray(result), scale)
 
     def values(self, tensors):
-        """{tensor: value} on an example run: the batch's rows a run of CONCRETE_SEQ tokens at positions
+        """{tensor: value} on an example run: the batch's rows a run of self.seq tokens at positions
         CONCRETE_PAST .. (0 .. without a cache), the attention mask all ones, the cache zeros. For what is
         computed from positions alone (RoPE's cos and sin); None where a tensor needs a weight or an input of no
         known convention."""
@@ -279,10 +284,10 @@ def _light_copy(model):
     return light
 
 
-def example_positions(has_past):
-    """The positions of the example run's tokens."""
+def example_positions(has_past, seq=CONCRETE_SEQ):
+    """The positions of the example run's seq tokens."""
     start = CONCRETE_PAST if has_past else 0
-    return np.arange(start, start + CONCRETE_SEQ)
+    return np.arange(start, start + seq)
 
 
 def _example_input(info, dims, has_past):
@@ -298,7 +303,7 @@ def _example_input(info, dims, has_past):
     if name in ("input_ids", "token_type_ids"):
         return np.zeros(dims, elem)
     if name in ("position_ids", "cache_position"):
-        return np.broadcast_to(example_positions(has_past)[:dims[-1]], dims).astype(elem)
+        return np.broadcast_to(example_positions(has_past, dims[-1]), dims).astype(elem)
     return None
 
 
