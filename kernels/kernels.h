@@ -167,6 +167,13 @@ struct KernelTable {
     // Soft-cap (Gemma 2's final logits): x[i] = cap * tanh(x[i] / cap), cap > 0.
     void (*softcap)(float* x, int64_t n, float cap);
 
+    // Clamp (OLMo's clip_qkv on q, k and v): x[i] = min(max(x[i], -c), c), c > 0. A NaN stays NaN, as torch's
+    // clamp keeps it. Exact: every output is an input or +-c.
+    void (*clamp)(float* x, int64_t n, float c);
+
+    // Scale (Granite's residual and logit multipliers): x[i] *= s, one fp32 product per element.
+    void (*scale)(float* x, int64_t n, float s);
+
     // Residual add: x[i] += y[i].
     void (*add)(float* x, const float* y, int64_t n);
 

@@ -296,6 +296,17 @@ void reference_softcap(float* x, int64_t n, float cap) {
     for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
 }
 
+void reference_clamp(float* x, int64_t n, float c) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (x[i] < -c) x[i] = -c;
+        if (x[i] > c) x[i] = c;  // a NaN fails both tests and stays
+    }
+}
+
+void reference_scale(float* x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 void reference_add(float* x, const float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -325,6 +336,8 @@ constexpr KernelTable kReferenceKernels{
     .geglu_tanh = reference_geglu_tanh,
     .gelu_erf = reference_gelu_erf,
     .softcap = reference_softcap,
+    .clamp = reference_clamp,
+    .scale = reference_scale,
     .add = reference_add,
     .add_bias = reference_add_bias,
 };

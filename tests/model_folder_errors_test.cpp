@@ -14,12 +14,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/model/architecture.h"
 #include "engine/model/json_file.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "engine/model/npy.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
+#include "temp_folder.h"
 
 namespace kvx {
 namespace {
@@ -27,17 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Folder {
-    fs::path path = fs::temp_directory_path() / ("kvx_model_folder_" + std::to_string(::getpid()));
-    Folder() {
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~Folder() { fs::remove_all(path); }
-    void write(const std::string& name, const std::string& bytes) const {
-        std::ofstream(path / name, std::ios::binary) << bytes;
-    }
-    std::string str() const { return path.string(); }
+struct Folder : test::TempFolder {
+    Folder() : TempFolder("kvx_model_folder") {}
 };
 
 json valid_config() {
@@ -87,13 +80,26 @@ TEST_CASE("config.json fields of the wrong type or range are refused, never coer
         {"architecture", 3, "'architecture' must be a string, not 3"},
         {"architecture", "mamba", "'architecture' = 'mamba' is not a family kvx runs (llama, gpt2, gemma, gpt-neox)"},
         // The layer options: typed, ranged, each message one line naming the field.
-        {"mlp", "relu", "'mlp' = 'relu' is not an MLP kvx computes (swiglu, gelu_tanh, geglu_tanh, gelu)"},
+        {"mlp", "relu", "'mlp' = 'relu' is not an MLP kvx computes (swiglu, geglu_tanh, gelu_tanh, gelu)"},
         {"mlp", 1, "'mlp' must be a string, not 1"},
+        {"norm", "batch", "'norm' = 'batch' is not a norm kvx computes (rms, layer)"},
+        {"norm", true, "'norm' must be a string, not true"},
+        {"positions", "alibi", "'positions' = 'alibi' is not a position encoding kvx computes (rotary, learned)"},
+        {"positions", json::array({"rotary"}), "'positions' must be a string, not [\"rotary\"]"},
         {"norm_weight_offset", 0.5, "'norm_weight_offset' must be 0 or 1, not 0.5"},
         {"norm_weight_offset", 2, "'norm_weight_offset' must be a number from 0.0 to 1.0, not 2"},
         {"norm_weight_offset", "1", "'norm_weight_offset' must be a number from 0.0 to 1.0, not \"1\""},
-        {"qk_norm", 1, "'qk_norm' must be true or false, not 1"},
-        {"norm_placement", "post", "'norm_placement' = 'post' is not one of pre, sandwich"},
+        {"qk_norm", 1, "'qk_norm' must be true, false, \"head\" or \"projection\", not 1"},
+        {"qk_norm", "both", "'qk_norm' must be true, false, \"head\" or \"projection\", not \"both\""},
+        {"norm_placement", "postnorm", "'norm_placement' = 'postnorm' is not one of pre, sandwich, post"},
+        {"norm_placement", false, "'norm_placement' must be a string, not false"},
+        {"clip_qkv", 0, "'clip_qkv' must be a number from 1e-06 to 1000000.0, not 0"},
+        {"clip_qkv", -8, "'clip_qkv' must be a number from 1e-06 to 1000000.0, not -8"},
+        {"clip_qkv", "8", "'clip_qkv' must be a number from 1e-06 to 1000000.0, not \"8\""},
+        {"residual_scale", 0, "'residual_scale' must be a number from 1e-06 to 1000000.0, not 0"},
+        {"residual_scale", true, "'residual_scale' must be a number from 1e-06 to 1000000.0, not true"},
+        {"logit_scale", -0.0625, "'logit_scale' must be a number from 1e-06 to 1000000.0, not -0.0625"},
+        {"logit_scale", 1e7, "'logit_scale' must be a number from 1e-06 to 1000000.0, not 10000000.0"},
         {"residual", true, "'residual' must be a string, not true"},
         {"residual", "parallel_attn", "'residual' = 'parallel_attn' is not one of sequential, parallel"},
         {"rotary_dim", 6, "'rotary_dim' must be an integer from 2 to 4, not 6"},
@@ -180,10 +186,19 @@ TEST_CASE("the layer options are read as given, and default to a plain layer", "
     const Folder f;
     f.write("config.json", valid_config().dump());
     const ModelConfig plain = load_model_config(f.str());
+    CHECK(plain.traits.norm == NormKind::rms);
+    CHECK(plain.traits.positions == PositionKind::rotary);
+    CHECK(plain.traits.mlp == MlpKind::swiglu);
     CHECK(plain.norm_weight_offset == 0.0f);
-    CHECK_FALSE(plain.qk_norm);
-    CHECK_FALSE(plain.sandwich_norms);
+    CHECK(plain.qk_norm == QkNorm::none);
+    CHECK(plain.q_norm_width() == 0);
+    CHECK(plain.norm_placement == NormPlacement::pre);
+    CHECK(plain.pre_norms());
+    CHECK_FALSE(plain.post_norms());
     CHECK_FALSE(plain.parallel_residual);
+    CHECK(plain.clip_qkv == 0.0f);
+    CHECK(plain.residual_scale == 1.0f);
+    CHECK(plain.logit_scale == 1.0f);
     CHECK(plain.rotated_dims() == 4);
     CHECK(plain.rope_local_layers.empty());
     CHECK(plain.embedding_scale == 1.0f);
@@ -200,8 +215,12 @@ TEST_CASE("the layer options are read as given, and default to a plain layer", "
     const ModelConfig gemma = load_model_config(f.str());
     CHECK(gemma.traits.mlp == MlpKind::geglu_tanh);
     CHECK(gemma.norm_weight_offset == 1.0f);
-    CHECK(gemma.qk_norm);
-    CHECK(gemma.sandwich_norms);
+    CHECK(gemma.qk_norm == QkNorm::head);
+    CHECK(gemma.q_norm_width() == 4);
+    CHECK(gemma.k_norm_width() == 4);
+    CHECK(gemma.norm_placement == NormPlacement::sandwich);
+    CHECK(gemma.pre_norms());
+    CHECK(gemma.post_norms());
     CHECK(gemma.rotated_dims() == 2);
     CHECK(gemma.rope_local_layers == std::vector<int>{0});
     CHECK(gemma.embedding_scale == 2.828427f);
@@ -217,19 +236,150 @@ TEST_CASE("the layer options are read as given, and default to a plain layer", "
     CHECK(neox.traits.mlp == MlpKind::gelu_erf);
     CHECK_FALSE(neox.traits.gated_mlp());
 
+    // OLMo 2: norms after the blocks only, q and k normed over the whole projection; OLMo's clip.
+    config = valid_config();
+    config.update({{"norm_placement", "post"}, {"qk_norm", "projection"}, {"clip_qkv", 8}});
+    f.write("config.json", config.dump());
+    const ModelConfig olmo2 = load_model_config(f.str());
+    CHECK(olmo2.norm_placement == NormPlacement::post);
+    CHECK_FALSE(olmo2.pre_norms());
+    CHECK(olmo2.post_norms());
+    CHECK(olmo2.qk_norm == QkNorm::projection);
+    CHECK(olmo2.q_norm_width() == 8);  // n_heads 2 x head_dim 4
+    CHECK(olmo2.k_norm_width() == 4);  // n_kv_heads 1 x head_dim 4
+    CHECK(olmo2.clip_qkv == 8.0f);
+    config["qk_norm"] = "head";
+    f.write("config.json", config.dump());
+    CHECK(load_model_config(f.str()).qk_norm == QkNorm::head);
+    config["qk_norm"] = false;
+    f.write("config.json", config.dump());
+    CHECK(load_model_config(f.str()).qk_norm == QkNorm::none);
+
+    // Granite's multipliers: nothing limits them to Gemma-like values.
+    config = valid_config();
+    config.update({{"embedding_scale", 12.0}, {"attention_scale", 0.0078125}, {"residual_scale", 0.22},
+                   {"logit_scale", 0.125}});
+    f.write("config.json", config.dump());
+    const ModelConfig granite = load_model_config(f.str());
+    CHECK(granite.embedding_scale == 12.0f);
+    CHECK(granite.q_k_scale() == 0.0078125f);
+    CHECK(granite.residual_scale == 0.22f);
+    CHECK(granite.logit_scale == 0.125f);
+
     // Options that contradict the family or each other.
-    config = valid_config();
-    config.update({{"architecture", "gpt2"}, {"qk_norm", true}});
-    f.write("config.json", config.dump());
-    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'qk_norm' needs an RMSNorm family"));
-    config = valid_config();
-    config.update({{"architecture", "gpt2"}, {"rotary_dim", 2}});
-    f.write("config.json", config.dump());
-    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'rotary_dim' is for rotary positions only"));
-    config = valid_config();
-    config.update({{"norm_placement", "sandwich"}, {"residual", "parallel"}});
-    f.write("config.json", config.dump());
-    CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains("'norm_placement'"));
+    const struct {
+        json fields;
+        const char* message;
+    } contradictions[] = {
+        {json::object({{"architecture", "gpt2"}, {"qk_norm", true}}), "'qk_norm' needs an RMSNorm family"},
+        {json::object({{"norm", "layer"}, {"qk_norm", "projection"}}), "'qk_norm' needs an RMSNorm family"},
+        {json::object({{"architecture", "gpt2"}, {"rotary_dim", 2}}), "'rotary_dim' is for rotary positions only"},
+        {json::object({{"positions", "learned"}, {"rotary_dim", 2}}), "'rotary_dim' is for rotary positions only"},
+        {json::object({{"norm_placement", "sandwich"}, {"residual", "parallel"}}),
+         "'norm_placement' \"sandwich\" with 'residual' \"parallel\" is not a layer kvx computes"},
+        {json::object({{"norm_placement", "post"}, {"residual", "parallel"}}),
+         "'norm_placement' \"post\" with 'residual' \"parallel\" is not a layer kvx computes"},
+    };
+    for (const auto& bad : contradictions) {
+        INFO(bad.fields.dump());
+        config = valid_config();
+        config.update(bad.fields);
+        f.write("config.json", config.dump());
+        CHECK_THROWS_WITH(load_model_config(f.str()), Catch::Contains(bad.message));
+    }
+}
+
+TEST_CASE("norm, positions and mlp override the architecture row's kinds", "[model][config]") {
+    const Folder f;
+    auto load = [&](const json& fields) {
+        json config = valid_config();
+        config.update(fields);
+        f.write("config.json", config.dump());
+        return load_model_config(f.str());
+    };
+    // StarCoder 2 / Phi: LayerNorm, RoPE, the tanh GELU, ungated.
+    const ModelConfig starcoder2 = load({{"architecture", "llama"}, {"norm", "layer"}, {"mlp", "gelu_tanh"}});
+    CHECK(starcoder2.traits.name == "llama");
+    CHECK(starcoder2.traits.norm == NormKind::layer);
+    CHECK(starcoder2.traits.positions == PositionKind::rotary);
+    CHECK(starcoder2.traits.mlp == MlpKind::gelu_tanh);
+    CHECK(starcoder2.traits.norm_has_bias());
+    CHECK_FALSE(starcoder2.traits.gated_mlp());
+    // StableLM: LayerNorm with SwiGLU.
+    const ModelConfig stablelm = load({{"norm", "layer"}});
+    CHECK(stablelm.traits.norm == NormKind::layer);
+    CHECK(stablelm.traits.gated_mlp());
+    // RMSNorm with learned positions, a gated MLP: no RoPE, so no rope_style either.
+    json learned = {{"architecture", "gpt2"}, {"norm", "rms"}, {"mlp", "swiglu"}};
+    const ModelConfig rms_learned = load(learned);
+    CHECK(rms_learned.traits.norm == NormKind::rms);
+    CHECK(rms_learned.traits.learned_positions());
+    CHECK(rms_learned.traits.gated_mlp());
+    learned = {{"positions", "learned"}, {"rope_style", nullptr}};
+    CHECK(load(learned).traits.learned_positions());
+    // GPT-2 turned rotary needs what RoPE needs.
+    CHECK_THROWS_WITH(load({{"architecture", "gpt2"}, {"positions", "rotary"}, {"rope_style", nullptr}}),
+                      Catch::Contains("'rope_style' must be \"half\""));
+    CHECK(load({{"architecture", "gpt2"}, {"positions", "rotary"}}).traits.rotary());
+    CHECK_THROWS_WITH(load({{"positions", "rotary"}, {"head_dim", 3}, {"n_heads", 2}}),
+                      Catch::Contains("'head_dim' must be even for RoPE"));
+}
+
+TEST_CASE("families.json: the embedded table, and the rules it is held to", "[model][config][families]") {
+    CHECK(architecture_names().starts_with("llama, gpt2, gemma, gpt-neox"));
+    REQUIRE(find_architecture("gpt-neox"));
+    CHECK(find_architecture("gpt-neox")->mlp == MlpKind::gelu_erf);
+    CHECK(find_architecture("gpt2")->norm == NormKind::layer);
+    CHECK(find_architecture("gpt2")->positions == PositionKind::learned);
+    CHECK_FALSE(find_architecture("olmo"));
+    REQUIRE(find_norm_kind("layer"));
+    CHECK(*find_norm_kind("layer") == NormKind::layer);
+    CHECK(*find_position_kind("learned") == PositionKind::learned);
+    CHECK(*find_mlp_kind("gelu") == MlpKind::gelu_erf);
+    CHECK_FALSE(find_norm_kind("gelu"));
+    CHECK_FALSE(find_position_kind("alibi"));
+    CHECK(norm_kind_names() == "rms, layer");
+    CHECK(position_kind_names() == "rotary, learned");
+    CHECK(mlp_kind_names() == "swiglu, geglu_tanh, gelu_tanh, gelu");
+
+    // The checked-in file is the one embedded: the same families in the same order.
+    std::ifstream in(std::string(KVX_SOURCE_DIR) + "/engine/model/families.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string names;
+    for (const std::string& name : check_families_json(text)) names += (names.empty() ? "" : ", ") + name;
+    CHECK(names == architecture_names());
+
+    const json base = json::parse(text);
+    auto check_with = [&](const std::string& pointer, const json& value) {  // the table with one entry set
+        json t = base;
+        t[json::json_pointer(pointer)] = value;
+        return check_families_json(t.dump());
+    };
+    CHECK(check_with("/architectures/olmo2", {{"norm", "rms"}, {"positions", "rotary"}, {"mlp", "swiglu"}}).size() ==
+          check_families_json(text).size() + 1);
+    const struct {
+        const char* pointer;
+        json value;
+        const char* message;
+    } cases[] = {
+        {"/norm_kinds/batch", {{"bias", true}}, "families.json: norm_kinds 'batch' is not a kind this kvx computes (rms, layer)"},
+        {"/mlp_kinds/relu", {{"gated", false}},
+         "mlp_kinds 'relu' is not a kind this kvx computes (swiglu, gelu_tanh, geglu_tanh, gelu)"},
+        {"/position_kinds/alibi", json::object(), "position_kinds 'alibi' is not a kind this kvx computes"},
+        {"/mlp_kinds/swiglu/gated", false, "mlp_kinds 'swiglu' says 'gated': false, but kvx computes it with 'gated': true"},
+        {"/norm_kinds/layer/bias", "yes", "norm_kinds 'layer' says 'bias': \"yes\", but kvx computes it with 'bias': true"},
+        {"/norm_kinds/rms", json::array(), "norm_kinds 'rms' has no 'bias'"},
+        {"/architectures/olmo", {{"norm", "rms"}, {"positions", "alibi"}, {"mlp", "swiglu"}},
+         "architecture 'olmo' has 'positions': \"alibi\", not one of the table's position_kinds"},
+        {"/architectures/olmo", {{"norm", "rms"}, {"mlp", "swiglu"}}, "architecture 'olmo' has no 'positions'"},
+        {"/architectures", json::array(), "'architectures' must be an object of families"},
+        {"/mlp_kinds", json::object(), "'mlp_kinds' must be an object of kinds"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.pointer << " = " << c.value.dump());
+        CHECK_THROWS_WITH(check_with(c.pointer, c.value), Catch::Contains(c.message));
+    }
+    CHECK_THROWS_WITH(check_families_json("{\"norm_kinds\": "), Catch::Contains("families.json: not valid JSON"));
 }
 
 TEST_CASE("a product of config fields beyond what kvx counts in int is refused", "[model][config][errors]") {

@@ -39,6 +39,8 @@ const KernelTable& checked_kernels(const Model& model, const KernelTable& kernel
         {t.mlp == MlpKind::geglu_tanh && !kernels.geglu_tanh, "geglu_tanh"},
         {t.mlp == MlpKind::gelu_erf && !kernels.gelu_erf, "gelu_erf"},
         {model.config.final_logit_softcap > 0 && !kernels.softcap, "softcap"},
+        {model.config.clip_qkv > 0 && !kernels.clamp, "clamp"},
+        {(model.config.residual_scale != 1.0f || model.config.logit_scale != 1.0f) && !kernels.scale, "scale"},
         {!kernels.add_bias, "add_bias"},
     };
     for (const auto& [missing, what] : needs)
@@ -112,19 +114,40 @@ void CpuBackend::ensure_scratch(int32_t n_rows) {
     scratch_rows_ = n_rows;
 }
 
-// out [n_rows][dim] = the attention block's output for the residual stream: attention of the normalised
-// x (q/k normed per head where the model says, RoPE with the layer's base), through wo, and through the
-// post-attention norm for sandwich norms.
+// The input of a block: norm(x) into xn_ where the layers have pre-norms, else x itself (post placement).
+const float* CpuBackend::block_input(const Norm& pre_norm, int32_t n) {
+    if (!model_.config.pre_norms()) return x_.data();
+    norm(xn_.data(), x_.data(), pre_norm, n);
+    return xn_.data();
+}
+
+// A block's output on its way to the residual stream: its post-norm (sandwich and post placements), then the
+// residual scale.
+void CpuBackend::block_output(float* out, const Norm& post_norm, int32_t n) {
+    const ModelConfig& c = model_.config;
+    if (c.post_norms()) norm(out, out, post_norm, n);
+    if (c.residual_scale != 1.0f) kernels_.scale(out, int64_t{n} * c.dim, c.residual_scale);
+}
+
+// out [n_rows][dim] = the attention block's output for the residual stream: attention of the block's input
+// (q, k and v clamped where the model clips them, q/k normed per head or per projection where it says, RoPE
+// with the layer's base), through wo, and block_output's post-norm and scale.
 void CpuBackend::attention_block(int layer, const ForwardBatch& batch, float* out) {
     const ModelConfig& c = model_.config;
     const DecoderPlan& plan = *plan_;
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int32_t n = batch.n_rows();
-    norm(xn_.data(), x_.data(), w.attn_norm, n);
-    linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, xn_.data(), n);
-    if (c.qk_norm) {  // each head a row of width head_dim
-        kernels_.rmsnorm(q_.data(), q_.data(), w.q_norm.weight, n * c.n_heads, c.head_dim, c.norm_eps);
-        kernels_.rmsnorm(k_.data(), k_.data(), w.k_norm.weight, n * c.n_kv_heads, c.head_dim, c.norm_eps);
+    const float* in = block_input(w.attn_norm, n);
+    linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, in, n);
+    if (c.clip_qkv > 0) {
+        kernels_.clamp(q_.data(), int64_t{n} * c.q_dim(), c.clip_qkv);
+        kernels_.clamp(k_.data(), int64_t{n} * c.kv_dim(), c.clip_qkv);
+        kernels_.clamp(v_.data(), int64_t{n} * c.kv_dim(), c.clip_qkv);
+    }
+    if (c.qk_norm != QkNorm::none) {  // rows of q_norm_width(): a head each, or a whole projection each
+        const int q_rows = n * (c.q_dim() / c.q_norm_width()), k_rows = n * (c.kv_dim() / c.k_norm_width());
+        kernels_.rmsnorm(q_.data(), q_.data(), w.q_norm.weight, q_rows, c.q_norm_width(), c.norm_eps);
+        kernels_.rmsnorm(k_.data(), k_.data(), w.k_norm.weight, k_rows, c.k_norm_width(), c.norm_eps);
     }
     if (c.traits.rotary()) {
         const bool local = std::binary_search(c.rope_local_layers.begin(), c.rope_local_layers.end(), layer);
@@ -157,36 +180,36 @@ void CpuBackend::attention_block(int layer, const ForwardBatch& batch, float* ou
     kernels_.paged_attention(a);
 
     linear(out, att_.data(), w.wo, n);
-    if (c.sandwich_norms) norm(out, out, w.post_attn_norm, n);
+    block_output(out, w.post_attn_norm, n);
 }
 
-// out [n_rows][dim] = the MLP block's output: the MLP of the normalised x, through the post-feedforward
-// norm for sandwich norms.
+// out [n_rows][dim] = the MLP block's output: the MLP of the block's input, and block_output's post-norm
+// and scale.
 void CpuBackend::mlp_block(int layer, int32_t n, float* out) {
     const ModelConfig& c = model_.config;
     const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
     const int64_t inner = int64_t{n} * c.hidden_dim;
-    norm(xn_.data(), x_.data(), w.ffn_norm, n);
+    const float* in = block_input(w.ffn_norm, n);
     switch (c.traits.mlp) {
     case MlpKind::swiglu:
-        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
+        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, in, n);
         kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
         break;
     case MlpKind::geglu_tanh:
-        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, xn_.data(), n);
+        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, in, n);
         kernels_.geglu_tanh(up_.data(), gate_.data(), up_.data(), inner);
         break;
     case MlpKind::gelu_tanh:
-        linear(up_.data(), xn_.data(), w.w_up, n);
+        linear(up_.data(), in, w.w_up, n);
         kernels_.gelu_tanh(up_.data(), up_.data(), inner);
         break;
     case MlpKind::gelu_erf:
-        linear(up_.data(), xn_.data(), w.w_up, n);
+        linear(up_.data(), in, w.w_up, n);
         kernels_.gelu_erf(up_.data(), up_.data(), inner);
         break;
     }
     linear(out, up_.data(), w.w_down, n);
-    if (c.sandwich_norms) norm(out, out, w.post_ffn_norm, n);
+    block_output(out, w.post_ffn_norm, n);
 }
 
 // out [n_rows][weight.rows] = x [n_rows][weight.cols] . weight^T (+ bias), in the weight's stored dtype.
@@ -294,9 +317,10 @@ void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
         std::memcpy(&proj_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(batch.logit_rows[static_cast<size_t>(i)]) * dim],
                     dim * sizeof(float));
     norm(xn_.data(), proj_.data(), model_.final_norm, n_out);
-    linear(logits, xn_.data(), Linear{model_.classifier, nullptr}, n_out);
-    if (c.final_logit_softcap > 0)
-        kernels_.softcap(logits, int64_t{n_out} * c.vocab_size, c.final_logit_softcap);
+    linear(logits, xn_.data(), Linear{model_.classifier, model_.classifier_bias}, n_out);
+    const int64_t n_logits = int64_t{n_out} * c.vocab_size;
+    if (c.logit_scale != 1.0f) kernels_.scale(logits, n_logits, c.logit_scale);
+    if (c.final_logit_softcap > 0) kernels_.softcap(logits, n_logits, c.final_logit_softcap);
 }
 
 }  // namespace kvx::cpu

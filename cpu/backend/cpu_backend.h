@@ -44,6 +44,8 @@ private:
     void linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n_rows);
     void norm(float* out, const float* x, const Norm& weights, int32_t n_rows);
     void rope_tables(const ForwardBatch& batch, const float* inv_freq, float* cos, float* sin);
+    const float* block_input(const Norm& pre_norm, int32_t n_rows);
+    void block_output(float* out, const Norm& post_norm, int32_t n_rows);
     void attention_block(int layer, const ForwardBatch& batch, float* out);
     void mlp_block(int layer, int32_t n_rows, float* out);
 
@@ -60,7 +62,7 @@ private:
     // the plan's ActivationWidths.
     int32_t scratch_rows_ = 0;
     std::vector<float> x_;       // [n_rows][dim] residual stream
-    std::vector<float> xn_;      // [n_rows][dim] normalised input of the current block
+    std::vector<float> xn_;      // [n_rows][dim] normalised input of the current block (pre-norms only)
     std::vector<float> q_;       // [n_rows][n_heads][head_dim]
     std::vector<float> k_;       // [n_rows][n_kv_heads][head_dim]
     std::vector<float> v_;       // [n_rows][n_kv_heads][head_dim]

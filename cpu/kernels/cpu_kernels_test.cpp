@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -993,6 +994,45 @@ TEST_CASE("gelu_erf and softcap match the reference", "[gelu][softcap]") {
                 kernels.softcap(got.data(), n, cap);
                 CHECK_CLOSE(got, want, 2e-6);
                 for (float v : got) CHECK(std::fabs(v) <= cap);
+            }
+        }
+    });
+}
+
+TEST_CASE("clamp and scale match the reference bit for bit, NaN and infinities included", "[clamp][scale]") {
+    for_each_level([](const KernelTable& kernels) {
+        uint32_t seed = 890;
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        // Long enough for a parallel region (kMinParallelElements), short and ragged for the partial vectors.
+        const int64_t lengths[] = {1, 3, 7, 17, 64, 1000, 5003, int64_t{1} << 18};
+        for (int64_t n : lengths) {
+            INFO("n=" << n);
+            std::vector<float> x = random_floats(static_cast<size_t>(n), ++seed, -20.0f, 20.0f);
+            for (size_t i = 0; i < x.size(); i += 7) x[i] = i % 3 == 0 ? nan : i % 3 == 1 ? inf : -inf;
+            // The first index where the level and the reference differ (NaN against NaN: the same), or -1.
+            auto first_difference = [](const std::vector<float>& got, const std::vector<float>& want) {
+                for (size_t i = 0; i < got.size(); ++i)
+                    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]) &&
+                        !(std::isnan(got[i]) && std::isnan(want[i])))
+                        return static_cast<int64_t>(i);
+                return int64_t{-1};
+            };
+            for (float c : {0.5f, 8.0f, 1e30f}) {
+                INFO("clamp c=" << c);
+                std::vector<float> want = x, got = x;
+                reference.clamp(want.data(), n, c);
+                kernels.clamp(got.data(), n, c);
+                CHECK(first_difference(got, want) == -1);  // exact: every output an input or a bound
+                CHECK(std::all_of(got.begin(), got.end(), [c](float v) { return std::isnan(v) || std::fabs(v) <= c; }));
+                CHECK(std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); }) ==
+                      std::count_if(x.begin(), x.end(), [](float v) { return std::isnan(v); }));
+            }
+            for (float s : {0.125f, 0.22f, 12.0f}) {
+                INFO("scale s=" << s);
+                std::vector<float> want = x, got = x;
+                reference.scale(want.data(), n, s);
+                kernels.scale(got.data(), n, s);
+                CHECK(first_difference(got, want) == -1);  // one fp32 product each
             }
         }
     });

@@ -95,9 +95,11 @@ struct CudaBackend::State {
     void embed_tokens(const StagedBatch& b, int n);
     void norm(float* out, const float* in, const DeviceNorm& w, int n);
     void add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n);
+    const float* block_input(const DeviceNorm& pre_norm, bool add_proj, int n);
+    void block_output(float* out, const DeviceNorm& post_norm, int n);
     void attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
-                         const std::vector<AttentionPartitions>& partitions, float* out);
-    void mlp_block(const DeviceLayer& w, int n, float* out);
+                         const std::vector<AttentionPartitions>& partitions, const float* in, float* out);
+    void mlp_block(const DeviceLayer& w, int n, const float* in, float* out);
     void run_pass(const ForwardBatch& batch);  // enqueues the pass; its logits end in `logits`
     void enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                          const std::vector<AttentionPartitions>& partitions);
@@ -201,21 +203,52 @@ void CudaBackend::State::add_norm(float* out, float* residual, const float* delt
         add_layernorm(out, residual, delta, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
 }
 
-// out [n][dim] = the attention block's output for the residual stream, from the normalised xn: q, k, v (q
-// and k RMS-normed per head where the model says), RoPE with the layer's table over the rotated dims, the
-// new K/V appended, paged attention (soft-capped where the plan says), wo, and the post-attention norm for
-// sandwich norms. The CPU backend's attention_block, launch for launch.
+// The input of the next block, with the previous block's output (waiting in proj when add_proj) joined to the
+// residual stream x first: with pre-norms the two in one pass (add_norm, or norm alone for the first block)
+// into xn; with post placement the block reads x itself, after a plain add.
+const float* CudaBackend::State::block_input(const DeviceNorm& pre_norm, bool add_proj, int n) {
+    const ModelConfig& c = model.config;
+    if (!c.pre_norms()) {
+        if (add_proj) add(x.data(), proj.data(), int64_t{n} * c.dim, stream);
+        return x.data();
+    }
+    if (add_proj)
+        add_norm(xn.data(), x.data(), proj.data(), pre_norm, n);
+    else
+        norm(xn.data(), x.data(), pre_norm, n);
+    return xn.data();
+}
+
+// A block's output on its way to the residual stream: its post-norm (sandwich and post placements), then the
+// residual scale (skipped at 1). The CPU backend's block_output.
+void CudaBackend::State::block_output(float* out, const DeviceNorm& post_norm, int n) {
+    const ModelConfig& c = model.config;
+    if (c.post_norms()) norm(out, out, post_norm, n);
+    if (c.residual_scale != 1.0f) scale(out, int64_t{n} * c.dim, c.residual_scale, stream);
+}
+
+// out [n][dim] = the attention block's output for the residual stream, from the block's input `in`: q, k, v
+// (clamped where the model clips them, then RMS-normed per head or per projection where it says), RoPE with
+// the layer's table over the rotated dims, the new K/V appended, paged attention (soft-capped where the plan
+// says), wo, and block_output's post-norm and scale. The CPU backend's attention_block, launch for launch.
 void CudaBackend::State::attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
-                                         const std::vector<AttentionPartitions>& partitions, float* out) {
+                                         const std::vector<AttentionPartitions>& partitions, const float* in,
+                                         float* out) {
     const ModelConfig& c = model.config;
     const DeviceLayer& w = weights.layers[layer];
     const int n = shape.n_rows;
-    linear(q.data(), xn.data(), w.wq, n);
-    linear(k.data(), xn.data(), w.wk, n);
-    linear(v.data(), xn.data(), w.wv, n);
-    if (c.qk_norm) {  // each head a row of width head_dim, in place
-        rmsnorm(q.data(), q.data(), w.q_norm.weight, n * c.n_heads, c.head_dim, c.norm_eps, stream);
-        rmsnorm(k.data(), k.data(), w.k_norm.weight, n * c.n_kv_heads, c.head_dim, c.norm_eps, stream);
+    linear(q.data(), in, w.wq, n);
+    linear(k.data(), in, w.wk, n);
+    linear(v.data(), in, w.wv, n);
+    if (c.clip_qkv > 0) {
+        clamp(q.data(), int64_t{n} * c.q_dim(), c.clip_qkv, stream);
+        clamp(k.data(), int64_t{n} * c.kv_dim(), c.clip_qkv, stream);
+        clamp(v.data(), int64_t{n} * c.kv_dim(), c.clip_qkv, stream);
+    }
+    if (c.qk_norm != QkNorm::none) {  // rows of q_norm_width(), in place: a head each, or a whole projection each
+        const int q_rows = n * (c.q_dim() / c.q_norm_width()), k_rows = n * (c.kv_dim() / c.k_norm_width());
+        rmsnorm(q.data(), q.data(), w.q_norm.weight, q_rows, c.q_norm_width(), c.norm_eps, stream);
+        rmsnorm(k.data(), k.data(), w.k_norm.weight, k_rows, c.k_norm_width(), c.norm_eps, stream);
     }
     if (c.traits.rotary()) {
         const bool local = std::binary_search(c.rope_local_layers.begin(), c.rope_local_layers.end(), static_cast<int>(layer));
@@ -240,41 +273,42 @@ void CudaBackend::State::attention_block(size_t layer, const StagedBatch& b, con
     a.n_rows = n;
     paged_attention(a, b.tiles, shape.n_tiles, partitions[g], attention_workspace.data(), stream);
     linear(out, att.data(), w.wo, n);
-    if (c.sandwich_norms) norm(out, out, w.post_attn_norm, n);
+    block_output(out, w.post_attn_norm, n);
 }
 
-// out [n][dim] = the MLP block's output from the normalised xn, through the post-feedforward norm for sandwich
-// norms. The CPU backend's mlp_block.
-void CudaBackend::State::mlp_block(const DeviceLayer& w, int n, float* out) {
+// out [n][dim] = the MLP block's output from the block's input `in`, and block_output's post-norm and scale.
+// The CPU backend's mlp_block.
+void CudaBackend::State::mlp_block(const DeviceLayer& w, int n, const float* in, float* out) {
     const ModelConfig& c = model.config;
     const int64_t inner = int64_t{n} * c.hidden_dim;
     switch (c.traits.mlp) {
     case MlpKind::swiglu:
-        linear(up.data(), xn.data(), w.w_up, n);
-        linear(gate.data(), xn.data(), w.w_gate, n);
+        linear(up.data(), in, w.w_up, n);
+        linear(gate.data(), in, w.w_gate, n);
         swiglu(up.data(), gate.data(), up.data(), inner, stream);
         break;
     case MlpKind::geglu_tanh:
-        linear(up.data(), xn.data(), w.w_up, n);
-        linear(gate.data(), xn.data(), w.w_gate, n);
+        linear(up.data(), in, w.w_up, n);
+        linear(gate.data(), in, w.w_gate, n);
         geglu_tanh(up.data(), gate.data(), up.data(), inner, stream);
         break;
     case MlpKind::gelu_tanh:
-        linear(up.data(), xn.data(), w.w_up, n);
+        linear(up.data(), in, w.w_up, n);
         gelu_tanh(up.data(), up.data(), inner, stream);
         break;
     case MlpKind::gelu_erf:
-        linear(up.data(), xn.data(), w.w_up, n);
+        linear(up.data(), in, w.w_up, n);
         gelu_erf(up.data(), up.data(), inner, stream);
         break;
     }
     linear(out, up.data(), w.w_down, n);
-    if (c.sandwich_norms) norm(out, out, w.post_ffn_norm, n);
+    block_output(out, w.post_ffn_norm, n);
 }
 
 // The whole pass, every launch on `stream` and every address fixed by the shape and the generation, so
 // that it can be captured as one graph. The CPU backend's forward with the residual adds fused into the
-// next norm: a block's output waits in proj and joins x in the add_norm before the next block.
+// next norm: a block's output waits in proj and joins x in the add_norm before the next block (block_input;
+// a plain add where the layers have no pre-norms, and before the final norm).
 void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                                                 const std::vector<AttentionPartitions>& partitions) {
     const ModelConfig& c = model.config;
@@ -292,32 +326,30 @@ void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShap
 
     for (size_t layer = 0; layer < weights.layers.size(); ++layer) {
         const DeviceLayer& w = weights.layers[layer];
-        // The previous layer's output joins the residual stream in the same pass as this norm.
-        if (layer == 0)
-            norm(xn.data(), x.data(), w.attn_norm, n);
-        else
-            add_norm(xn.data(), x.data(), proj.data(), w.attn_norm, n);
+        // The previous layer's output joins the residual stream, with pre-norms in the same pass as this norm.
+        const float* in = block_input(w.attn_norm, layer > 0, n);
         if (c.parallel_residual) {
             // x + (mlp(ffn_norm(x)) + attn(attn_norm(x))), HF GPT-NeoX's order of adds: both norms of the same
-            // x, the sum of the two outputs joining x at the next add_norm.
-            attention_block(layer, b, shape, partitions, attn_out.data());
-            norm(xn.data(), x.data(), w.ffn_norm, n);
-            mlp_block(w, n, proj.data());
+            // x, the sum of the two outputs joining x at the next block_input.
+            attention_block(layer, b, shape, partitions, in, attn_out.data());
+            mlp_block(w, n, block_input(w.ffn_norm, false, n), proj.data());
             add(proj.data(), attn_out.data(), width, stream);
             continue;
         }
-        attention_block(layer, b, shape, partitions, proj.data());
-        add_norm(xn.data(), x.data(), proj.data(), w.ffn_norm, n);
-        mlp_block(w, n, proj.data());
+        attention_block(layer, b, shape, partitions, in, proj.data());
+        mlp_block(w, n, block_input(w.ffn_norm, true, n), proj.data());
     }
     add(x.data(), proj.data(), width, stream);
 
-    // Only the rows whose logits are wanted go through the final norm and the classifier.
+    // Only the rows whose logits are wanted go through the final norm and the classifier (and its bias), then
+    // the logit scale and soft-cap.
     const int n_out = shape.n_logit_rows;
+    const int64_t n_logits = int64_t{n_out} * c.vocab_size;
     gather_rows(proj.data(), x.data(), b.logit_rows, n_out, c.dim, stream);
     norm(xn.data(), proj.data(), weights.final_norm, n_out);
-    linear(logits.data(), xn.data(), DeviceLinear{weights.classifier, nullptr}, n_out);
-    if (c.final_logit_softcap > 0) softcap(logits.data(), int64_t{n_out} * c.vocab_size, c.final_logit_softcap, stream);
+    linear(logits.data(), xn.data(), DeviceLinear{weights.classifier, weights.classifier_bias}, n_out);
+    if (c.logit_scale != 1.0f) scale(logits.data(), n_logits, c.logit_scale, stream);
+    if (c.final_logit_softcap > 0) softcap(logits.data(), n_logits, c.final_logit_softcap, stream);
 }
 
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options) {

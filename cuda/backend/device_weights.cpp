@@ -54,8 +54,8 @@ DeviceWeights::DeviceWeights(const Model& model) {
         d.wv = linear(w.wv, "wv");
         d.wo = linear(w.wo, "wo");
         // Absent norms (null host weights) stay null here: vector() uploads nothing for them.
-        d.q_norm = norm(w.q_norm, c.head_dim, "q norm");
-        d.k_norm = norm(w.k_norm, c.head_dim, "k norm");
+        d.q_norm = norm(w.q_norm, c.q_norm_width(), "q norm");
+        d.k_norm = norm(w.k_norm, c.k_norm_width(), "k norm");
         d.post_attn_norm = norm(w.post_attn_norm, c.dim, "post-attention norm");
         d.ffn_norm = norm(w.ffn_norm, c.dim, "ffn norm");
         if (c.traits.gated_mlp()) d.w_gate = linear(w.w_gate, "w_gate");
@@ -66,6 +66,7 @@ DeviceWeights::DeviceWeights(const Model& model) {
     final_norm = norm(model.final_norm, c.dim, "final norm");
     classifier = matrix(model.classifier, "classifier");
     note_product(classifier);
+    classifier_bias = vector(model.classifier_bias, c.vocab_size, "classifier bias");
     bytes_per_step_ = bytes_ - embedding_bytes;
     if (model.classifier.data == model.tok_embeddings.data)  // tied: uploaded once, read in full every step
         bytes_per_step_ += stored_bytes(model.classifier);

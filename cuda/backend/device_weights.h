@@ -29,18 +29,19 @@ struct DeviceLinear {
 };
 
 struct DeviceNorm {
-    const float* weight = nullptr;  // [dim]
-    const float* bias = nullptr;    // [dim], LayerNorm only
+    const float* weight = nullptr;  // [width]
+    const float* bias = nullptr;    // [width], LayerNorm only (the model's zeros where its file has no bias)
 };
 
+// model.h's LayerWeights on the device; a norm the model's layers do not have has null pointers.
 struct DeviceLayer {
-    DeviceNorm attn_norm;
+    DeviceNorm attn_norm;                     // [dim], pre-norms (pre and sandwich placements)
     DeviceLinear wq, wk, wv, wo;
-    DeviceNorm q_norm, k_norm;                // [head_dim], qk_norm only
-    DeviceNorm post_attn_norm;                // sandwich norms only
-    DeviceNorm ffn_norm;
+    DeviceNorm q_norm, k_norm;                // qk_norm only: [head_dim], or the projection's width
+    DeviceNorm post_attn_norm;                // [dim], sandwich and post placements
+    DeviceNorm ffn_norm;                      // [dim], pre-norms
     DeviceLinear w_gate, w_up, w_down;  // w_gate empty without a gated MLP
-    DeviceNorm post_ffn_norm;                 // sandwich norms only
+    DeviceNorm post_ffn_norm;                 // [dim], sandwich and post placements
 };
 
 class DeviceWeights {
@@ -55,6 +56,7 @@ public:
     std::vector<DeviceLayer> layers;
     DeviceNorm final_norm;
     DeviceMatrix classifier;              // [vocab_size][dim]
+    const float* classifier_bias = nullptr;  // [vocab_size], or null for an LM head without bias
 
     size_t bytes() const { return bytes_; }
     // Elements (rows * cols) of the largest quantized matrix of a matrix product (a layer's or the

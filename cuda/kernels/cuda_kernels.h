@@ -48,6 +48,10 @@ void gelu_tanh(float* out, const float* x, int64_t n, cudaStream_t stream);
 void gelu_erf(float* out, const float* x, int64_t n, cudaStream_t stream);
 // KernelTable::softcap: x[i] = cap * tanh(x[i] / cap) in place, cap > 0 (Gemma 2's final logits).
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+// KernelTable::clamp: x[i] = min(max(x[i], -c), c) in place, c > 0, a NaN kept (OLMo's clip_qkv).
+void clamp(float* x, int64_t n, float c, cudaStream_t stream);
+// KernelTable::scale: x[i] *= s in place, one fp32 product (Granite's residual and logit multipliers).
+void scale(float* x, int64_t n, float s, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void add_bias(float* x, const float* bias, int n, int d, cudaStream_t stream);
 

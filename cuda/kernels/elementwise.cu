@@ -16,7 +16,7 @@
 //         pass 3   out = normalised x * weight (+ bias), the row re-read
 //       A row is at most a few tens of KiB, so the re-reads hit L1/L2: DRAM sees x and y read once, x and out
 //       written once. Sums are fp32 (per-thread partials, then warp shuffles, then one warp over the warps).
-//   rope_tables, rope, swiglu, geglu_tanh, gelu_tanh, gelu_erf, softcap, add, add_bias, f32_to_f16
+//   rope_tables, rope, swiglu, geglu_tanh, gelu_tanh, gelu_erf, softcap, clamp, scale, add, add_bias, f32_to_f16
 //       Grid-stride loops over items (grid_stride_blocks x 256 threads); the scalar tail of a vectorised
 //       array (its last n % 4 elements) is a second loop of the same kernel.
 //   embed, gather_rows
@@ -225,6 +225,24 @@ struct SoftcapOp {
     __device__ float operator()(float x, float) const { return cap * tanhf(x / cap); }
 };
 
+// Clamp (OLMo's clip_qkv): fminf / fmaxf would turn a NaN into the bound; the comparisons keep it, as the
+// reference's do.
+struct ClampOp {
+    static constexpr bool kBinary = false;
+    float c;
+    __device__ float operator()(float x, float) const {
+        if (x < -c) return -c;
+        return x > c ? c : x;
+    }
+};
+
+// Scale (Granite's multipliers): one fp32 product, as the host's.
+struct ScaleOp {
+    static constexpr bool kBinary = false;
+    float s;
+    __device__ float operator()(float x, float) const { return x * s; }
+};
+
 struct AddOp {
     static constexpr bool kBinary = true;
     __device__ float operator()(float a, float b) const { return a + b; }
@@ -394,6 +412,15 @@ void gelu_erf(float* out, const float* x, int64_t n, cudaStream_t stream) {
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
     require(cap > 0.0f, "softcap", "the cap must be positive");
     launch_map<SoftcapOp>("softcap", x, x, nullptr, n, stream, SoftcapOp{cap});
+}
+
+void clamp(float* x, int64_t n, float c, cudaStream_t stream) {
+    require(c > 0.0f, "clamp", "the bound must be positive");
+    launch_map<ClampOp>("clamp", x, x, nullptr, n, stream, ClampOp{c});
+}
+
+void scale(float* x, int64_t n, float s, cudaStream_t stream) {
+    launch_map<ScaleOp>("scale", x, x, nullptr, n, stream, ScaleOp{s});
 }
 
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) { launch_map<AddOp>("add", x, x, y, n, stream); }

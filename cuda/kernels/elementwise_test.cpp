@@ -10,6 +10,7 @@
 #include <random>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -282,6 +283,34 @@ TEST_CASE("geglu_tanh, gelu_erf and softcap match the reference") {
         }
         CHECK_THROWS_AS(kvx::cuda::softcap(nullptr, 4, 0.0f, nullptr), kvx::Error);
     }
+}
+
+TEST_CASE("clamp and scale are the reference's bit for bit, both paths") {
+    // op(x, n, p) on the host's reference and on the device for each p, over x with NaNs and infinities among
+    // its values where with_specials (a GPU's product of a NaN need not keep its bits: not for scale).
+    auto check = [](const char* name, std::initializer_list<float> params, bool with_specials,
+                    void (*on_host)(float*, int64_t, float), void (*on_device)(float*, int64_t, float, cudaStream_t)) {
+        const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity()};
+        for (int64_t n : kMapLengths) {
+            for (size_t offset : {size_t{0}, kMisaligned}) {
+                std::vector<float> x = random_floats(static_cast<size_t>(n), 44, -20.0f, 20.0f);
+                for (size_t i = 0; with_specials && i < x.size(); i += 5) x[i] = specials[i % 3];
+                for (float p : params) {
+                    INFO(name << " n " << n << " offset " << offset << " of " << p);
+                    std::vector<float> want = x;
+                    on_host(want.data(), n, p);
+                    OffsetBuffer<float> dx(x, offset);
+                    on_device(dx.data(), n, p, nullptr);
+                    CHECK(count_bit_differences(dx.host(), want) == 0);
+                }
+            }
+        }
+    };
+    check("clamp", {0.5f, 8.0f, 1e30f}, true, reference.clamp, kvx::cuda::clamp);  // each output an input or a bound
+    check("scale", {0.125f, 0.22f, 12.0f}, false, reference.scale, kvx::cuda::scale);  // one fp32 product each
+    CHECK_THROWS_AS(kvx::cuda::clamp(nullptr, 4, 0.0f, nullptr), kvx::Error);
+    CHECK_THROWS_AS(kvx::cuda::scale(nullptr, -4, 2.0f, nullptr), kvx::Error);
 }
 
 TEST_CASE("swiglu, gelu_tanh, add and add_bias match the reference") {

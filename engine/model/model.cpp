@@ -53,8 +53,11 @@ public:
     Linear linear(const std::string& name, int64_t out_features, int64_t in_features) {
         return Linear{matrix(name, out_features, in_features), optional_vector(name + "_bias", out_features)};
     }
-    Norm norm(const std::string& name, int64_t dim, bool with_bias) {
-        return Norm{vector(name, dim), with_bias ? vector(name + "_bias", dim) : nullptr};
+    // A norm's weight [width], and for a LayerNorm its bias "<name>_bias" or, where the file has none,
+    // zero_bias [width] (a LayerNorm without bias).
+    Norm norm(const std::string& name, int64_t width, const float* zero_bias) {
+        const float* bias = zero_bias ? optional_vector(name + "_bias", width) : nullptr;
+        return Norm{vector(name, width), bias ? bias : zero_bias};
     }
 
     // A matrix stored as X.q4 / X.q8 + X.scales (+ X.zero_points or X.mins): every size checked against
@@ -153,6 +156,11 @@ Model load_model(const std::string& model_dir) {
         return n;
     };
 
+    // LayerNorm biases the file leaves out are these zeros; RMSNorm has none (a "_bias" is then a foreign tensor).
+    if (t.norm_has_bias()) m.zero_norm_bias.assign(static_cast<size_t>(dim), 0.0f);
+    const float* zeros = t.norm_has_bias() ? m.zero_norm_bias.data() : nullptr;
+    auto norm = [&](const std::string& name) { return offset(w.norm(name, dim, zeros), dim); };
+
     m.tok_embeddings = w.matrix("tok_embeddings", c.vocab_size, dim);
     if (t.rotary()) {
         const int half = c.rotated_dims() / 2;
@@ -169,24 +177,24 @@ Model load_model(const std::string& model_dir) {
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
         LayerWeights layer;
-        layer.attn_norm = offset(w.norm(p + "attn_norm", dim, t.norm_has_bias()), dim);
+        if (c.pre_norms()) layer.attn_norm = norm(p + "attn_norm");
         layer.wq = w.linear(p + "wq", q_dim, dim);
         layer.wk = w.linear(p + "wk", kv_dim, dim);
         layer.wv = w.linear(p + "wv", kv_dim, dim);
-        if (c.qk_norm) {
-            layer.q_norm = offset(w.norm(p + "q_norm", c.head_dim, false), c.head_dim);
-            layer.k_norm = offset(w.norm(p + "k_norm", c.head_dim, false), c.head_dim);
+        if (c.qk_norm != QkNorm::none) {  // RMSNorm (an RMSNorm family's, checked by the config): no bias
+            layer.q_norm = offset(w.norm(p + "q_norm", c.q_norm_width(), nullptr), c.q_norm_width());
+            layer.k_norm = offset(w.norm(p + "k_norm", c.k_norm_width(), nullptr), c.k_norm_width());
         }
         layer.wo = w.linear(p + "wo", dim, q_dim);
-        if (c.sandwich_norms) layer.post_attn_norm = offset(w.norm(p + "post_attn_norm", dim, t.norm_has_bias()), dim);
-        layer.ffn_norm = offset(w.norm(p + "ffn_norm", dim, t.norm_has_bias()), dim);
+        if (c.post_norms()) layer.post_attn_norm = norm(p + "post_attn_norm");
+        if (c.pre_norms()) layer.ffn_norm = norm(p + "ffn_norm");
         if (t.gated_mlp()) layer.w_gate = w.linear(p + "w_gate", hidden, dim);
         layer.w_up = w.linear(p + "w_up", hidden, dim);
         layer.w_down = w.linear(p + "w_down", dim, hidden);
-        if (c.sandwich_norms) layer.post_ffn_norm = offset(w.norm(p + "post_ffn_norm", dim, t.norm_has_bias()), dim);
+        if (c.post_norms()) layer.post_ffn_norm = norm(p + "post_ffn_norm");
         m.layers.push_back(layer);
     }
-    m.final_norm = offset(w.norm("final_norm", dim, t.norm_has_bias()), dim);
+    m.final_norm = norm("final_norm");
     if (c.tied_embeddings) {
         if (m.weights->contains("classifier"))
             throw Error("weights file '" + m.weights->path() + "' has a 'classifier' but the config says it is tied");
@@ -194,6 +202,7 @@ Model load_model(const std::string& model_dir) {
     } else {
         m.classifier = w.matrix("classifier", c.vocab_size, dim);
     }
+    m.classifier_bias = w.optional_vector("classifier_bias", c.vocab_size);
     w.check_all_taken();
     return m;
 }

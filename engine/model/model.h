@@ -37,25 +37,29 @@ struct Linear {
 
 // RMSNorm (weight only) or LayerNorm (weight and bias), as the family's traits say.
 struct Norm {
-    const float* weight = nullptr;  // [dim]
-    const float* bias = nullptr;    // [dim], LayerNorm only
+    const float* weight = nullptr;  // [width]
+    // [width], LayerNorm only: the file's "<name>_bias", or Model::zero_norm_bias where the file has none (a
+    // LayerNorm without bias, Cohere's and OLMo's), so that the kernels take a bias without a branch.
+    const float* bias = nullptr;
 };
 
-// One decoder layer. Tensor names in model.safetensors are in docs/model-format.md.
+// One decoder layer. Tensor names in model.safetensors are in docs/model-format.md. The norms the config's
+// placement leaves out (model_config.h's NormPlacement: no pre-norms with "post", post-norms only with
+// "sandwich" and "post") and the q/k norms without qk_norm have null weights, never read.
 struct LayerWeights {
-    Norm attn_norm;
-    Norm post_attn_norm;  // sandwich norms only: on the attention output before the residual add
-    Norm q_norm;          // qk_norm only: [head_dim], RMSNorm of each query head before RoPE
-    Norm k_norm;          // qk_norm only: [head_dim], of each key head
+    Norm attn_norm;       // [dim] before the attention block; pre and sandwich placements
+    Norm post_attn_norm;  // [dim] on the attention block's output before the residual add; sandwich and post
+    Norm q_norm;          // qk_norm: [head_dim] per head, or [n_heads * head_dim] for "projection"
+    Norm k_norm;          // qk_norm: [head_dim] per head, or [n_kv_heads * head_dim] for "projection"
     Linear wq;      // [n_heads * head_dim][dim]
     Linear wk;      // [n_kv_heads * head_dim][dim]
     Linear wv;      // [n_kv_heads * head_dim][dim]
     Linear wo;      // [dim][n_heads * head_dim]
-    Norm ffn_norm;
+    Norm ffn_norm;  // [dim] before the MLP; pre and sandwich placements
     Linear w_gate;  // [hidden_dim][dim], a gated MLP's (SwiGLU) only, else empty
     Linear w_up;    // [hidden_dim][dim]; gpt2's c_fc
     Linear w_down;  // [dim][hidden_dim]; gpt2's c_proj
-    Norm post_ffn_norm;  // sandwich norms only: on the MLP output before the residual add
+    Norm post_ffn_norm;  // [dim] on the MLP's output before the residual add; sandwich and post
 
     // The layer's matrices, for code that treats every one alike (an absent w_gate has a null weight).
     std::array<const Linear*, 7> linears() const { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
@@ -70,11 +74,16 @@ struct Model {
     const float* rope_inv_freq = nullptr;      // [rotary_dim / 2], rotary positions only
     const float* rope_inv_freq_local = nullptr;  // [rotary_dim / 2], for config.rope_local_layers only
     std::vector<LayerWeights> layers;          // [n_layers]
-    Norm final_norm;
+    Norm final_norm;                           // [dim], whatever the placement
+    // The LM head: logits = x . classifier^T + classifier_bias (then config.logit_scale and the soft-cap).
     WeightMatrix classifier;                   // [vocab_size][dim]; the same data as tok_embeddings when tied
+    const float* classifier_bias = nullptr;    // [vocab_size], optional in the file (Phi's, GPT-J's); tied or not
     // Norm weights with config.norm_weight_offset added (1 + w, in fp32 as HF computes it for Gemma), which
     // the Norms above point into instead of the mapping; empty for an offset of 0.
     std::vector<std::vector<float>> offset_norm_weights;
+    // [dim] zeros: the bias of every LayerNorm whose file has no "<name>_bias"; empty for RMSNorm families. Sized
+    // once before any Norm points into it (a move of the Model keeps its buffer).
+    std::vector<float> zero_norm_bias;
 };
 
 // Whether any matrix of the model is q8 or q4.

@@ -100,24 +100,48 @@ std::string choice(const ConfigReader& r, const char* key, std::initializer_list
     r.fail(key, "= '" + value + "' is not one of " + names);
 }
 
+// config.json's "norm", "positions" and "mlp": the kinds of families.json (architecture.h) in place of the
+// architecture row's. Read before anything that depends on them (RoPE's checks, the weights a layer has).
+void read_kind_overrides(const ConfigReader& r, ModelConfig& c) {
+    auto kind = [&](const char* key, const char* what, auto find, const std::string& names, auto& into) {
+        if (!r.has(r.root(), key)) return;
+        const std::string name = r.string(r.root()[key], key);
+        const auto* found = find(name);
+        if (!found) r.fail(key, "= '" + name + "' is not " + what + " kvx computes (" + names + ")");
+        into = *found;
+    };
+    kind("norm", "a norm", find_norm_kind, norm_kind_names(), c.traits.norm);
+    kind("positions", "a position encoding", find_position_kind, position_kind_names(), c.traits.positions);
+    kind("mlp", "an MLP", find_mlp_kind, mlp_kind_names(), c.traits.mlp);
+}
+
+// "qk_norm": true or "head" (per head), "projection" (the whole projection), false or absent (none).
+QkNorm read_qk_norm(const ConfigReader& r) {
+    if (!r.has(r.root(), "qk_norm")) return QkNorm::none;
+    const json& v = r.root()["qk_norm"];
+    if (v.is_boolean()) return v.get<bool>() ? QkNorm::head : QkNorm::none;
+    if (v == "head") return QkNorm::head;
+    if (v == "projection") return QkNorm::projection;
+    r.fail("qk_norm", "must be true, false, \"head\" or \"projection\", not " + json_excerpt(v));
+}
+
 // The layer options of model_config.h: every one typed and range-checked, its default a plain layer's.
 void read_layer_options(const ConfigReader& r, ModelConfig& c) {
     const json& j = r.root();
-    if (r.has(j, "mlp")) {
-        const std::string mlp = r.string(j["mlp"], "mlp");
-        const MlpKind* kind = find_mlp_kind(mlp);
-        if (!kind) r.fail("mlp", "= '" + mlp + "' is not an MLP kvx computes (swiglu, gelu_tanh, geglu_tanh, gelu)");
-        c.traits.mlp = *kind;
-    }
     c.norm_weight_offset = number(r, "norm_weight_offset", 0, 1, 0.0f);
     if (c.norm_weight_offset != 0.0f && c.norm_weight_offset != 1.0f)
         r.fail("norm_weight_offset", "must be 0 or 1, not " + json_excerpt(j["norm_weight_offset"]));
-    if (r.has(j, "qk_norm")) c.qk_norm = r.boolean(j["qk_norm"], "qk_norm");
-    if (c.qk_norm && c.traits.norm != NormKind::rms) r.fail("qk_norm", "needs an RMSNorm family");
-    c.sandwich_norms = choice(r, "norm_placement", {"pre", "sandwich"}, "pre") == "sandwich";
+    c.qk_norm = read_qk_norm(r);
+    if (c.qk_norm != QkNorm::none && c.traits.norm != NormKind::rms) r.fail("qk_norm", "needs an RMSNorm family");
+    const std::string placement = choice(r, "norm_placement", {"pre", "sandwich", "post"}, "pre");
+    c.norm_placement = placement == "sandwich" ? NormPlacement::sandwich
+                       : placement == "post"   ? NormPlacement::post
+                                               : NormPlacement::pre;
     c.parallel_residual = choice(r, "residual", {"sequential", "parallel"}, "sequential") == "parallel";
-    if (c.sandwich_norms && c.parallel_residual)
-        r.fail("norm_placement", "\"sandwich\" with 'residual' \"parallel\" is not a layer kvx computes");
+    if (c.norm_placement != NormPlacement::pre && c.parallel_residual)
+        r.fail("norm_placement", "\"" + placement + "\" with 'residual' \"parallel\" is not a layer kvx computes");
+    c.clip_qkv = number(r, "clip_qkv", 1e-6, 1e6, 0.0f);
+    c.residual_scale = number(r, "residual_scale", 1e-6, 1e6, 1.0f);
     if (r.has(j, "rotary_dim")) {
         if (!c.traits.rotary()) r.fail("rotary_dim", "is for rotary positions only");
         c.rotary_dim = static_cast<int>(r.integer(j["rotary_dim"], 2, c.head_dim, "rotary_dim"));
@@ -135,6 +159,7 @@ void read_layer_options(const ConfigReader& r, ModelConfig& c) {
     c.embedding_scale = number(r, "embedding_scale", 1e-6, 1e6, 1.0f);
     c.attention_scale = number(r, "attention_scale", 1e-6, 1e6, 0.0f);
     c.attn_logit_softcap = number(r, "attn_logit_softcap", 1e-3, 1e6, 0.0f);
+    c.logit_scale = number(r, "logit_scale", 1e-6, 1e6, 1.0f);
     c.final_logit_softcap = number(r, "final_logit_softcap", 1e-3, 1e6, 0.0f);
 }
 
@@ -198,6 +223,14 @@ void read_chat(const ConfigReader& r, ModelConfig& c) {
 
 }  // namespace
 
+int ModelConfig::q_norm_width() const {
+    return qk_norm == QkNorm::projection ? q_dim() : qk_norm == QkNorm::head ? head_dim : 0;
+}
+
+int ModelConfig::k_norm_width() const {
+    return qk_norm == QkNorm::projection ? kv_dim() : qk_norm == QkNorm::head ? head_dim : 0;
+}
+
 float ModelConfig::q_k_scale() const {
     return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
@@ -217,6 +250,7 @@ ModelConfig load_model_config(const std::string& model_dir) {
     const ArchitectureTraits* traits = find_architecture(architecture);
     if (!traits) r.fail("architecture", "= '" + architecture + "' is not a family kvx runs (" + architecture_names() + ")");
     c.traits = *traits;
+    read_kind_overrides(r, c);
     c.dim = r.size("dim", ConfigLimits::dim);
     c.hidden_dim = r.size("hidden_dim", ConfigLimits::hidden_dim);
     c.n_layers = r.size("n_layers", ConfigLimits::layers);

@@ -34,7 +34,7 @@ enum class WeightDtype { f32, f16, q8, q4 };
 
 // How to turn a conversation into tokens. The converter renders the model's Jinja chat template with
 // jinja2 on probe conversations and records the format when the output matches one kvx knows
-// (chat_format.h, tools/kvx_tools/convert/chat_template.py); kvx never interprets Jinja itself.
+// (chat_format.h, tools/kvx_tools/convert/tokenizer/chat_template.py); kvx never interprets Jinja itself.
 struct ChatConfig {
     std::string template_file;       // the template as the model ships it, relative to the model directory
     std::string format;              // a chat_format.h name, or empty when the template is not one kvx can apply
@@ -44,8 +44,24 @@ struct ChatConfig {
     std::string default_system;
 };
 
+// Where a layer's norms sit (config.json's "norm_placement").
+enum class NormPlacement {
+    pre,       // x + attn(attn_norm(x)), then x + mlp(ffn_norm(x)): Llama, GPT-2
+    sandwich,  // x + post_attn_norm(attn(attn_norm(x))), likewise the MLP: Gemma 2/3
+    post,      // x + post_attn_norm(attn(x)), then x + post_ffn_norm(mlp(x)): no pre-norms (OLMo 2)
+};
+
+// RMSNorm of the queries and keys after their projections, before RoPE (config.json's "qk_norm").
+enum class QkNorm {
+    none,
+    head,        // true or "head": each head of q and k a row of head_dim (Qwen 3, Gemma 3)
+    projection,  // "projection": the whole q row [n_heads * head_dim] and k row [n_kv_heads * head_dim] (OLMo 2)
+};
+
 struct ModelConfig {
-    ArchitectureTraits traits = *find_architecture("llama");  // the family's choices (architecture.h)
+    // The family's choices (architecture.h): the "architecture" row of families.json, with config.json's
+    // "norm", "positions" and "mlp" in place of the row's where it has them.
+    ArchitectureTraits traits = *find_architecture("llama");
     int dim = 0;               // residual stream width
     int hidden_dim = 0;        // MLP inner width
     int n_layers = 0;
@@ -54,7 +70,7 @@ struct ModelConfig {
     int head_dim = 0;
     int vocab_size = 0;
     int max_seq_len = 0;
-    float norm_eps = 1e-5f;
+    float norm_eps = 1e-5f;    // every norm's, the q/k norms' too
     bool tied_embeddings = true;
     // Sliding-window attention (HF / Mistral convention): on the layers listed, a query at position p sees
     // keys p - W + 1 .. p; the other layers see the whole sequence. 0 and no layers: none.
@@ -63,14 +79,23 @@ struct ModelConfig {
     // The layer's differences between families, as data the forward pass reads (docs/model-format.md,
     // "Layer options"); each has the value of a plain Llama / GPT-2 layer when its field is absent.
     float norm_weight_offset = 0.0f;  // 0 or 1: added to every norm weight at load, in fp32 (Gemma's 1 + w)
-    bool qk_norm = false;             // RMSNorm of each head's q and k before RoPE (q_norm, k_norm [head_dim])
-    bool sandwich_norms = false;      // post_attn_norm / post_ffn_norm on each block's output before its add
-    bool parallel_residual = false;   // x + attn(attn_norm(x)) + mlp(ffn_norm(x)) (GPT-NeoX)
+    QkNorm qk_norm = QkNorm::none;    // q_norm / k_norm, q_norm_width() / k_norm_width() wide
+    NormPlacement norm_placement = NormPlacement::pre;  // which of attn/ffn_norm and post_attn/post_ffn_norm exist
+    bool parallel_residual = false;   // x + attn(attn_norm(x)) + mlp(ffn_norm(x)) (GPT-NeoX); pre or sandwich only
+    // q, k and v each clamped to [-clip_qkv, clip_qkv] right after their projections (and biases), before
+    // the q/k norms and RoPE (OLMo's clip_qkv); 0 (absent): no clamp.
+    float clip_qkv = 0.0f;
+    // Each block's output (after its post-norm, if any) times this before it joins the residual stream
+    // (Granite's residual_multiplier); 1: the plain add.
+    float residual_scale = 1.0f;
     int rotary_dim = 0;               // rotated dims of each head, even, <= head_dim; 0 (absent): head_dim
     std::vector<int> rope_local_layers;  // ascending: layers whose RoPE uses rope_inv_freq_local (Gemma 3)
     float embedding_scale = 1.0f;     // the token embedding times this fp32 value (Gemma's sqrt(dim))
     float attention_scale = 0.0f;     // q.k scale; 0 (absent): 1 / sqrt(head_dim). Gemma 2/3: query_pre_attn_scalar^-0.5
     float attn_logit_softcap = 0.0f;  // scores -> cap * tanh(scores / cap); 0: none
+    // logits = (classifier(x) + classifier_bias) * logit_scale, then the soft-cap (Granite's 1 / logits_scaling,
+    // Cohere's logit_scale); 1: none.
+    float logit_scale = 1.0f;
     float final_logit_softcap = 0.0f; // logits -> cap * tanh(logits / cap); 0: none
     int bos_token_id = -1;
     std::vector<int> eos_token_ids;
@@ -91,6 +116,13 @@ struct ModelConfig {
     ChatConfig chat;
 
     int q_dim() const { return n_heads * head_dim; }     // checked <= ConfigLimits::width by load_model_config
+    // Whether the layers have attn_norm / ffn_norm before their blocks, and post_attn_norm / post_ffn_norm after.
+    bool pre_norms() const { return norm_placement != NormPlacement::post; }
+    bool post_norms() const { return norm_placement != NormPlacement::pre; }
+    // The widths of q_norm and k_norm (and of the rows they normalise): head_dim for per-head norms, the whole
+    // projection's for QkNorm::projection; 0 without q/k norms.
+    int q_norm_width() const;
+    int k_norm_width() const;
     // rotary_dim and attention_scale with their defaults applied (0, a hand-built config's, means absent).
     int rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
     float q_k_scale() const;

@@ -37,7 +37,14 @@ NO_DEVICE = ("no usable CUDA device", "no CUDA device is present", "older than s
 TOLERANCE = 1e-4  # x max|HF|
 
 FAMILIES = ("llama3-untied", "llama-tied", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3",
-            "gpt2", "gpt-neox")
+            "gpt2", "gpt-neox",
+            # Layer traits beyond those: LayerNorm without weight or bias and clip_qkv (olmo), post-norms and
+            # whole-projection q/k norms (olmo2), the four multipliers (granite), LayerNorm with SwiGLU and partial
+            # rotary (stablelm), one norm feeding parallel blocks with a biased head (phi), LayerNorm + GELU +
+            # window (starcoder2), LayerNorm without bias, interleaved rotary and logit scale (cohere), interleaved
+            # partial rotary (gptj), multi-query from a fused projection (falcon), GPT-2 with multi-query
+            # (gpt-bigcode).
+            "olmo", "olmo2", "granite", "stablelm", "phi", "starcoder2", "cohere", "gptj", "falcon", "gpt-bigcode")
 PREFILLS = (12, 5, 1)  # the whole prompt at once; a chunk then decode steps; every token a decode step
 
 # family -> why kvx does not match HF there (none at present).
