@@ -129,7 +129,7 @@ def _moved_from(ix, node, tensor):
             return new[0]
         return None
     if op in MOVING_OPS or op in PASSING_OPS:
-        if op == "Gather" and ix.constant(node.input[1]) is None:
+        if op in ("Gather", "GatherND") and ix.constant(node.input[1]) is None:
             return None
         return node.input[0]
     return None

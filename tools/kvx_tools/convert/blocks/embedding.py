@@ -32,15 +32,24 @@ MAX_ID_RESHAPES = 8
 def position_embedding_add(ix, token_gather):
     """(the Add of token and position embeddings, the position table [n_positions, dim]) when the token
     embedding is added to a Gather of a constant table by positions, else None. The positions must be
-    the position_ids input or a Range computed in the graph: what kvx feeds, absolute positions."""
+    the position_ids input or a Range computed in the graph: what kvx feeds, absolute positions (or the
+    constant 0, 1, .. n - 1 a graph fixed to n tokens folds that Range into)."""
     hidden = token_gather.output[0]
     for add in ix.consumers(hidden, "Add"):
+        folded = ix.constant(ix.other_input(add, hidden))
+        if folded is not None and folded.ndim >= 2 and folded.shape[-1] == ix.constant(token_gather.input[0]).shape[1] \
+                and folded.size == folded.shape[-2] * folded.shape[-1]:
+            # An export fixed to n tokens (torch.onnx.export without dynamic shapes) folds the lookup of positions
+            # 0 .. n-1 into a constant [1, n, dim]: a table of n rows, which bounds the context to n.
+            return add, folded.reshape(folded.shape[-2], folded.shape[-1])
         gather = ix.producer_op(ix.other_input(add, hidden), "Gather")
         table = ix.constant(gather.input[0]) if gather is not None else None
         if table is None or table.ndim != 2 or node_attr(gather, "axis", 0) != 0:
             continue
         positions = ix.trace_back(gather.input[1])
-        if positions != "position_ids" and ix.producer_op(positions, "Range") is None:
+        value = ix.constant(positions)
+        counting = value is not None and np.array_equal(value.reshape(-1), np.arange(value.size))
+        if positions != "position_ids" and ix.producer_op(positions, "Range") is None and not counting:
             raise cannot_map(gather, "a position embedding indexed by the position_ids input or a Range of "
                                      f"positions, found '{positions}'")
         return add, table
@@ -116,12 +125,23 @@ def classifier_reading(ix, normed):
     if len(consumers) == 1 and consumers[0].op_type in ("Mul", "Div") and _outer_scaling(ix, consumers[0], tensor):
         scale, tensor = _outer_scaling(ix, consumers[0], tensor)
     softcap, tensor = softcapped_logits(ix, tensor)
+    tensor = _through_casts(ix, tensor)
     if tensor not in ix.output_names:
         return None
     weight = _classifier_weight(ix, matmul)
     if bias is not None and bias.shape != (weight.shape[0],):
         raise cannot_map(matmul, f"a classifier bias of the vocabulary's {weight.shape[0]} entries")
     return Classifier(weight, bias, scale, softcap)
+
+
+def _through_casts(ix, tensor):
+    """The output a Cast or two lead to (TorchScript's logits.float() is kept where it writes the graph output)."""
+    for _ in range(2):
+        consumers = ix.consumers(tensor)
+        if len(consumers) != 1 or consumers[0].op_type not in ("Cast", "Identity"):
+            break
+        tensor = consumers[0].output[0]
+    return tensor
 
 
 def _outer_scaling(ix, node, tensor):

@@ -5,7 +5,8 @@
                                                    ONNX Runtime's SimplifiedLayerNormalization
   LayerNorm (x - mean) / sqrt(var + eps) * w + b   ONNX LayerNormalization (scale, optional bias), or written
                                                    out (Cohere's hand-made LayerNorm: ReduceMean, Sub, Pow,
-                                                   ReduceMean, Add, Sqrt, Reciprocal|Div, Mul), with or without
+                                                   ReduceMean, Add, Sqrt, Reciprocal|Div, Mul), or an RMSNorm of
+                                                   x - mean(x) (dynamo's optimizer on Cohere's), with or without
                                                    the weight and the bias (OLMo's has neither)
 
 The weight and the bias are None where the graph has none: a missing weight multiplies by one, a missing bias
@@ -37,7 +38,7 @@ class Norm:
 
 def norm_reading(ix, x):
     """The Norm over x's last axis that reads x, or None where x feeds none."""
-    for match in (_rms_written_out, _rms_operator, _layer_norm_operator, _layer_norm_written_out):
+    for match in (_rms_written_out, _rms_operator, _layer_norm_operator, _layer_norm_written_out, _layer_norm_as_rms):
         try:
             found = match(ix, x)
         except ConvertError:
@@ -67,7 +68,7 @@ def _norm_from(ix, x, node):
         if node.op_type == "LayerNormalization" and node.input[0] == x:
             return _layer_norm_node(ix, x, node)
         if node.op_type == "ReduceMean":
-            return _layer_norm_written_out(ix, x)
+            return _layer_norm_written_out(ix, x) or _layer_norm_as_rms(ix, x)
     except ConvertError:
         return None
     return None
@@ -125,11 +126,9 @@ def _layer_norm_node(ix, x, node):
 
 def _layer_norm_written_out(ix, x):
     """mean = ReduceMean(x); d = x - mean; d * 1/Sqrt(ReduceMean(d^2) + eps) (or d / Sqrt(...)) [* w] [+ b]."""
-    means = [n for n in ix.consumers(x, "ReduceMean") if n.input[0] == x and _last_axis_mean(ix, n)]
-    subs = [n for n in ix.consumers(x, "Sub") for m in means if list(n.input) == [x, m.output[0]]]
-    if len(subs) != 1:
+    centred = _centred(ix, x)
+    if centred is None:
         return None
-    centred = subs[0].output[0]
     square = [n for n in ix.consumers(centred) if (n.op_type == "Pow" and ix.scalar(n.input[1]) == 2.0) or
               (n.op_type == "Mul" and list(n.input) == [centred, centred])]
     if len(square) != 1:
@@ -148,6 +147,28 @@ def _layer_norm_written_out(ix, x):
     weight, out = _scaled_by_constant(ix, normalised, "Mul")
     bias, out = _scaled_by_constant(ix, out, "Add")
     return Norm("layer", weight, bias, float(eps), x, out)
+
+
+def _layer_norm_as_rms(ix, x):
+    """RMSNorm(x - mean(x)): a LayerNorm, as dynamo's optimizer rewrites Cohere's written-out one (the variance of
+    x is the mean square of x - mean(x))."""
+    centred = _centred(ix, x)
+    if centred is None:
+        return None
+    for node in ix.consumers(centred):
+        if node.op_type in ("Pow", "RMSNormalization", "SimplifiedLayerNormalization"):
+            rms = _rms_written_out(ix, centred) if node.op_type == "Pow" else _rms_operator(ix, centred)
+            if rms is not None:
+                bias, out = _scaled_by_constant(ix, rms.output, "Add")
+                return Norm("layer", rms.weight, bias, rms.eps, x, out)
+    return None
+
+
+def _centred(ix, x):
+    """x - ReduceMean(x) over the last axis, or None."""
+    means = [n for n in ix.consumers(x, "ReduceMean") if n.input[0] == x and _last_axis_mean(ix, n)]
+    subs = [n for n in ix.consumers(x, "Sub") for m in means if list(n.input) == [x, m.output[0]]]
+    return subs[0].output[0] if len(subs) == 1 else None
 
 
 def _divided_by(ix, x, root):

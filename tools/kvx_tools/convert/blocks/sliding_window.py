@@ -9,6 +9,8 @@ keys p-W+1..p) or null; layer_types, a JSON list with "sliding_attention" or "fu
 
 import json
 
+import numpy as np
+
 from ..errors import ConvertError
 
 WINDOW_METADATA = "sliding_window"
@@ -107,12 +109,19 @@ def _value_ancestors(ix, tensor, limit=4096):
 
 
 def layer_mask_windows(ix, masks):
-    """Per layer, the window W of the sliding comparison its mask (the tensor added to its scores) is built
-    from, or None for a mask without one; None for the whole list when the layers do not differ (the graph's
-    one mask then goes through mask_window). Gemma 2/3 build a windowed mask for their sliding layers and a
-    causal one for the others."""
+    """Per layer, the window W of its mask (the tensor added to its scores), or None for a mask without one; None
+    for the whole list when no layer's mask can tell (the graph's one mask then goes through mask_window), or when
+    masks built at run time do not differ. A mask built at run time is windowed when it is computed from a sliding
+    comparison; a constant mask (an export fixed to one length, whose masks fold) when the keys it keeps form a
+    band narrower than the causal triangle. Gemma 2/3 build a windowed mask for their sliding layers and a causal
+    one for the others."""
+    if not masks or any(m is None for m in masks):
+        return None
+    if all(ix.constant(m) is not None for m in masks):
+        windows = [constant_mask_window(ix.constant(m), m) for m in masks]
+        return windows if any(w is not None for w in windows) else None
     comparisons = _window_comparisons(ix)
-    if not comparisons or any(m is None for m in masks):
+    if not comparisons:
         return None
     windows = []
     for mask in masks:
@@ -121,6 +130,29 @@ def layer_mask_windows(ix, masks):
             raise ConvertError(f"the mask '{mask}' is built from several sliding windows {sorted(found)}")
         windows.append(found.pop() if found else None)
     return windows if len(set(windows)) > 1 else None
+
+
+def constant_mask_window(values, name):
+    """W where values [.., queries, keys], a constant mask added to the scores (0 where a key is kept, a large
+    negative number where not), keeps each query's W most recent keys, itself included; None where it keeps
+    the causal triangle. The queries are the last positions of the keys (a run after a cache)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim < 2 or values.shape[-2] > values.shape[-1]:
+        raise ConvertError(f"the mask '{name}' is a constant of shape {list(values.shape)}, not [.., queries, keys]")
+    kept = values.reshape(-1, *values.shape[-2:]) > np.finfo(np.float32).min / 2
+    if not (kept == kept[:1]).all():
+        raise ConvertError(f"the mask '{name}' differs between batch rows or heads; kvx masks every row alike")
+    kept = kept[0]
+    queries, keys = kept.shape
+    positions = np.arange(keys - queries, keys)[:, None]  # each query's own position
+    key_positions = np.arange(keys)[None, :]
+    causal = key_positions <= positions
+    if np.array_equal(kept, causal):
+        return None
+    width = int(kept[-1].sum())
+    if width < 1 or not np.array_equal(kept, causal & (key_positions > positions - width)):
+        raise ConvertError(f"the mask '{name}' keeps neither the causal triangle nor a sliding window of it")
+    return width
 
 
 def mask_window(ix):

@@ -25,6 +25,12 @@ def map_graph(ix):
         return map_ortgenai_gpt2(ix)
     hidden = embedding_scale(ix, token_embedding_gather(ix))[1]
     if any(n.domain == MS_DOMAIN and n.op_type in BUILDER_OPS for n in ix.graph.node):
+        layer_norms = ix.consumers(hidden, "LayerNormalization")
+        if layer_norms:
+            raise ConvertError(f"node '{layer_norms[0].name}': the builder's LayerNorm decoder (Phi-2's layout: "
+                               "LayerNormalization and SkipLayerNormalization around com.microsoft RotaryEmbedding and "
+                               "MultiHeadAttention in parallel blocks); kvx reads the builder's RMSNorm decoders, and this "
+                               "model from torch.onnx.export or optimum")
         casts = ix.consumers(hidden, "Cast")
         if len(casts) == 1 and ix.consumers(casts[0].output[0], "SimplifiedLayerNormalization"):
             raise ConvertError(f"node '{casts[0].name}': the residual stream cast to another precision before the "

@@ -77,6 +77,9 @@ def fold_node(node, value_of, inferred, opset):
         return [value.astype(onnx.helper.tensor_dtype_to_np_dtype(like))]
     if op not in FOLDABLE or not node.input:
         return None
+    table = inferred.dims.get(node.input[0]) if op == "Gather" else None
+    if table and None not in table and int(np.prod(table, dtype=np.int64)) > SMALL_CONSTANT:
+        return None  # rows of a weight (a position table looked up at a fixed length) stay a lookup of the table
     inputs = [value_of(name) if name else None for name in node.input]
     if any(v is None for name, v in zip(node.input, inputs) if name):
         return None

@@ -31,7 +31,7 @@ CONCRETE_BATCH, CONCRETE_SEQ, CONCRETE_PAST = 2, 5, 6
 # Nodes that only move, copy or select elements: a chain of them is traced by evaluating it on indices. Cast,
 # Identity and Dropout pass their input on; Mul and Div by a constant scalar too, their factor recorded.
 MOVING_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Flatten", "Split",
-                        "Slice", "Concat", "Gather", "Neg"})
+                        "Slice", "Concat", "Gather", "GatherND", "Neg"})
 PASSING_OPS = frozenset({"Cast", "Identity", "Dropout"})
 SCALING_OPS = frozenset({"Mul", "Div"})
 MAX_CHAIN_NODES = 64
@@ -166,7 +166,7 @@ class ConcreteGraph:
         sub.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in tensors)
         try:
             from onnx.reference import ReferenceEvaluator
-            results = ReferenceEvaluator(sub).run(None, feeds)
+            results = ReferenceEvaluator(sub, new_ops=[_gather_elements_op()]).run(None, feeds)
         except Exception:  # not computable on its own: the matcher says what it could not read
             return None
         return {t: np.asarray(r) for t, r in zip(tensors, results)}
@@ -184,7 +184,7 @@ class ConcreteGraph:
                 return other if len(other) == 1 and len(node.input) == 2 else None
             if node.op_type == "Concat":
                 return list(node.input)
-            if node.op_type == "Gather" and self.ix.constant(node.input[1]) is None:
+            if node.op_type in ("Gather", "GatherND") and self.ix.constant(node.input[1]) is None:
                 return None
             return [node.input[0]] if node.input else None
 
@@ -282,6 +282,19 @@ def _light_copy(model):
         else:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return light
+
+
+def _gather_elements_op():
+    """GatherElements for onnx.reference, whose own (numpy.choose) takes at most 64 values along the axis: a
+    table of RoPE angles by position (GPT-J's) has a row per position."""
+    from onnx.reference.op_run import OpRun
+
+    class GatherElements(OpRun):
+        def _run(self, data, indices, axis=None):
+            axis = axis or 0
+            indices = np.where(indices < 0, indices + data.shape[axis], indices)
+            return (np.take_along_axis(data, indices, axis=axis),)
+    return GatherElements
 
 
 def example_positions(has_past, seq=CONCRETE_SEQ):

@@ -34,8 +34,9 @@ SUPPORTED_DEFAULT_OPS = frozenset({
     # opset 23, what dynamo's optimizer fuses sdpa, RoPE and RMSNorm into (blocks/attention_core.py,
     # blocks/rotary.py, blocks/norms.py)
     "Attention", "RotaryEmbedding", "RMSNormalization",
-    # OLMo's clip_qkv (clamp)
-    "Clip",
+    # OLMo's clip_qkv (clamp); RoPE's angles looked up by position (GPT-J's GatherElements of its sin/cos table,
+    # the max position Cohere's dynamic rotary reads), which blocks/rotary.py computes rather than matches
+    "Clip", "GatherElements", "ReduceMax", "NonZero",
 })
 
 # Fused operators, (domain, op type): ONNX Runtime's that a pattern module maps. Most are in its com.microsoft
