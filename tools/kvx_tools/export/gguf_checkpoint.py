@@ -17,7 +17,7 @@ import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from ..convert.kvx_layout import expected_tensor_shapes  # the converter's table of kvx shapes
+from ..convert.families.tensor_layout import expected_tensor_shapes  # the converter's table of kvx shapes
 from ..input_file import unreadable_reason
 from .gguf_layout import check_gguf_layout
 from .gguf_blocks import QuantizedMatrix, gguf_quantized_matrix
