@@ -163,9 +163,9 @@ def map_gpt_neox(ix):
             tensors[p + name + "_bias"] = float_weight(norm.bias, f"layer {i} {name} bias")
             eps.add(norm.eps)
         for name, (weight, bias) in linears.items():
-            tensors[p + name] = float_weight(np.ascontiguousarray(weight.T), f"layer {i} {name}")
+            tensors[p + name] = float_weight(weight.T, f"layer {i} {name}")
             if bias is not None:
-                tensors[p + name + "_bias"] = float_weight(np.ascontiguousarray(bias), f"layer {i} {name} bias")
+                tensors[p + name + "_bias"] = float_weight(bias, f"layer {i} {name} bias")
         layers.append((n_heads, head_dim, rotary_dim, inv_freq))
     if not layers:
         raise cannot_map(gather, "GPT-NeoX's two LayerNorms reading the embedding (parallel residual)")

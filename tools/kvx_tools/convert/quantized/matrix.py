@@ -29,6 +29,34 @@ def check_block_size(block, where):
                            "matrices)")
 
 
+@dataclass(frozen=True)
+class QuantizedLayout:
+    """What a quantized matrix stores, known before its integers are read: the names, dtypes and shapes of
+    QuantizedMatrix.to_tensors, so that the writer can lay the file out first and fill it block by block."""
+    bits: int
+    block: int
+    cols: int
+    rows: int
+    scales_dtype: np.dtype
+    zero_points: bool  # whether X.zero_points is stored
+    mins: bool  # whether X.mins is stored
+
+    def entries(self, name):
+        """{safetensors name: (dtype, shape)} of to_tensors(name) for the whole matrix."""
+        length = padded_length(self.cols, self.block)
+        blocks = length // self.block
+        out = {f"{name}.scales": (np.dtype(self.scales_dtype), (self.rows, blocks))}
+        if self.bits == 8:
+            out[f"{name}.q8"] = (np.dtype(np.int8), (self.rows, length))
+        else:
+            out[f"{name}.q4"] = (np.dtype(np.uint8), (self.rows, length // 2))
+        if self.zero_points:
+            out[f"{name}.zero_points"] = (np.dtype(np.uint8 if self.bits == 4 else np.int8), (self.rows, blocks))
+        if self.mins:
+            out[f"{name}.mins"] = (np.dtype(self.scales_dtype), (self.rows, blocks))
+        return out
+
+
 @dataclass
 class QuantizedMatrix:
     """rows x cols weights w[r][j] = scales[r][j // block] * (q[r][j] - z[r][j // block]) (or + mins).
@@ -49,6 +77,11 @@ class QuantizedMatrix:
 
     def implied_zero(self):
         return IMPLIED_ZERO[self.bits]
+
+    @property
+    def layout(self):
+        return QuantizedLayout(self.bits, self.block, self.cols, self.rows, self.scales.dtype,
+                               self.zero_points is not None, self.mins is not None)
 
     def dequantized(self):
         """The weights as the graph computes them, [rows, cols], in the scales' dtype (fp32 arithmetic)."""
