@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from .llama_graph import build_llama_graph
-from .onnx_save import save_onnx
+from .onnx_save import export_onnx
 
 
 def random_llama_weights(config, tied, seed):
@@ -98,7 +98,7 @@ def main(argv=None):
     if args.sliding_window:
         config.update(sliding_window=args.sliding_window, window_layers=args.window_layers)
     weights = random_llama_weights(config, tied=not args.untied, seed=args.seed)
-    save_onnx(build_llama_graph(config, weights), args.output, args.external_data)
+    export_onnx(lambda data: build_llama_graph(config, weights, data), args.output, args.external_data)
     return 0
 
 
