@@ -111,23 +111,23 @@ _READERS = {GGMLQuantizationType.Q8_0: _from_q8_0, GGMLQuantizationType.Q4_0: _f
             GGMLQuantizationType.Q4_1: _from_q4_1}
 
 
-def gguf_quantized_matrix(tensor, requantize):
-    """A 2-D GGUF tensor as a QuantizedMatrix: Q8_0, Q4_0 and Q4_1 blocks as they are; any other type, and a Q4_1
-    matrix whose blocks no float zero point can express, dequantized and re-quantized to requantize ("q8_0" or
-    "q4_0"). None when the tensor is to stay fp32: requantize "none" and a type not kept, or a row length that
-    is not a multiple of 32."""
+def gguf_quantized_matrix(tensor, data, requantize):
+    """A 2-D GGUF tensor (the reader's tensor, and data: what its tensor.data holds, read) as a QuantizedMatrix:
+    Q8_0, Q4_0 and Q4_1 blocks as they are; any other type, and a Q4_1 matrix whose blocks no float zero point
+    can express, dequantized and re-quantized to requantize ("q8_0" or "q4_0"). None when the tensor is to stay
+    fp32: requantize "none" and a type not kept, or a row length that is not a multiple of 32."""
     if len(tensor.shape) != 2 or int(tensor.shape[0]) % BLOCK:
         return None
     rows, cols = int(tensor.shape[1]), int(tensor.shape[0])  # GGUF lists the fastest dim first
     if tensor.tensor_type in KEPT_TYPES:
-        matrix = _READERS[tensor.tensor_type](tensor.data, rows)
+        matrix = _READERS[tensor.tensor_type](data, rows)
         if matrix is not None:
             return matrix
     if requantize == "none":
         return None
     target = REQUANTIZE_TYPES[requantize]
     try:
-        values = dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols).astype(np.float32)
+        values = dequantize(data, tensor.tensor_type).reshape(rows, cols).astype(np.float32)
     except (NotImplementedError, ValueError) as e:
         raise GgufError(f"tensor '{tensor.name}': cannot dequantize type {tensor.tensor_type.name} ({e})") from None
     return _READERS[target](quantize(values, target), rows)
