@@ -23,6 +23,7 @@ from gguf.quants import dequantize, quantize
 from .gguf_metadata import GgufError
 
 BLOCK = 32  # elements per block in every GGUF type kept here
+ROWS_AT_A_TIME = 4096  # rows converted at a time: the conversions' temporaries stay a few MB, not the matrix's size
 KEPT_TYPES = {GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1}
 REQUANTIZE_TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}
 
@@ -88,15 +89,27 @@ def _float_zero_points(d, m):
     return z
 
 
+def _by_rows(convert, values, width):
+    """convert(rows of values) -> uint8 [rows, n_blocks, width], ROWS_AT_A_TIME rows at a time."""
+    out = np.empty((values.shape[0], values.shape[1], width), np.uint8)
+    for start in range(0, values.shape[0], ROWS_AT_A_TIME):
+        out[start:start + ROWS_AT_A_TIME] = convert(values[start:start + ROWS_AT_A_TIME])
+    return out
+
+
+def _q8_0_to_ort(q):
+    return (q.view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+
+
 def _from_q8_0(data, rows):
     b = _blocks(data, rows, 2 + BLOCK)
-    q = (b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
-    return QuantizedMatrix(8, q.shape[1] * BLOCK, q, _fp16_field(b, 0))
+    return QuantizedMatrix(8, b.shape[1] * BLOCK, _by_rows(_q8_0_to_ort, b[..., 2:], BLOCK), _fp16_field(b, 0))
 
 
 def _from_q4_0(data, rows):
     b = _blocks(data, rows, 2 + BLOCK // 2)
-    return QuantizedMatrix(4, b.shape[1] * BLOCK, _gguf_nibbles_to_ort(b[..., 2:]), _fp16_field(b, 0))
+    return QuantizedMatrix(4, b.shape[1] * BLOCK, _by_rows(_gguf_nibbles_to_ort, b[..., 2:], BLOCK // 2),
+                           _fp16_field(b, 0))
 
 
 def _from_q4_1(data, rows):
@@ -104,7 +117,8 @@ def _from_q4_1(data, rows):
     d, m = _fp16_field(b, 0), _fp16_field(b, 2)
     if np.any((d == 0) & (m != 0)):
         return None
-    return QuantizedMatrix(4, b.shape[1] * BLOCK, _gguf_nibbles_to_ort(b[..., 4:]), d, _float_zero_points(d, m))
+    return QuantizedMatrix(4, b.shape[1] * BLOCK, _by_rows(_gguf_nibbles_to_ort, b[..., 4:], BLOCK // 2), d,
+                           _float_zero_points(d, m))
 
 
 _READERS = {GGMLQuantizationType.Q8_0: _from_q8_0, GGMLQuantizationType.Q4_0: _from_q4_0,
