@@ -39,9 +39,8 @@ class LazyQuantizedMatrix:
             return self.read_rows(first, int(wanted.max()) + 1).take_rows(wanted - first)
         return LazyQuantizedMatrix(layout, read_rows, self.rows_apart)
 
-    def blocks(self, with_values, max_bytes=BLOCK_BYTES):
-        """(first row, the rows' dequantized values or None, their QuantizedMatrix), block by block."""
+    def blocks(self, max_bytes=BLOCK_BYTES):
+        """(first row, None: no float values are at hand, their QuantizedMatrix), block by block."""
         step = block_rows((self.rows, self.layout.cols), 4, max_bytes) if self.rows_apart else max(1, self.rows)
         for start in range(0, self.rows, step):
-            matrix = self.read_rows(start, min(self.rows, start + step))
-            yield start, matrix.dequantized() if with_values else None, matrix
+            yield start, None, self.read_rows(start, min(self.rows, start + step))

@@ -85,15 +85,22 @@ class QuantizedMatrix:
 
     def dequantized(self):
         """The weights as the graph computes them, [rows, cols], in the scales' dtype (fp32 arithmetic)."""
-        scales = np.repeat(self.scales.astype(np.float32), self.block, axis=1)
-        q = self.q.astype(np.float32)
+        rows, blocks = self.scales.shape
+        q = self.q.astype(np.float32).reshape(rows, blocks, self.block)  # each block against its scale
+        scales = self.scales.astype(np.float32)[:, :, None]
         if self.mins is not None:
-            w = q * scales + np.repeat(self.mins.astype(np.float32), self.block, axis=1)
+            w = q * scales + self.mins.astype(np.float32)[:, :, None]
         else:
-            zero = self.implied_zero() if self.zero_points is None else \
-                np.repeat(self.zero_points.astype(np.float32), self.block, axis=1)
+            zero = self.implied_zero() if self.zero_points is None else self.zero_points.astype(np.float32)[:, :, None]
             w = (q - zero) * scales
-        return np.ascontiguousarray(w[:, :self.cols].astype(self.scales.dtype))
+        return np.ascontiguousarray(w.reshape(rows, -1)[:, :self.cols].astype(self.scales.dtype))
+
+    def surely_finite(self):
+        """Whether no dequantized weight can be NaN or infinite, known from the scales (and mins) alone: they are
+        finite and small enough that s * (q - z) + m stays inside the scales' dtype whatever the integers."""
+        limit = float(np.finfo(self.scales.dtype).max) / (2 << self.bits)  # |q - z| < 2^bits
+        return all(np.isfinite(part).all() and float(np.abs(part).max(initial=0)) <= limit
+                   for part in (self.scales, self.mins) if part is not None)
 
     def take_rows(self, index):
         """The matrix of rows index (a permutation or a part: a fused projection split by the mapper)."""

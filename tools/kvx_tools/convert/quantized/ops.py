@@ -115,7 +115,8 @@ def _unpack(packed, bits, count):
     packed = packed.astype(np.uint8)
     if bits == 8:
         return packed[..., :count].astype(np.int16)
-    values = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    values = np.empty((*packed.shape[:-1], 2 * packed.shape[-1]), np.uint8)
+    values[..., 0::2], values[..., 1::2] = packed & 0x0F, packed >> 4
     return values[..., :count].astype(np.int16)
 
 

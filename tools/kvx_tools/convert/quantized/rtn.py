@@ -63,7 +63,7 @@ class RtnQuantized:
         rows, cols = values.shape
         self.layout = QuantizedLayout(bits, block, cols, rows, values.dtype, not symmetric, False)
 
-    def blocks(self, with_values, max_bytes=RTN_BLOCK_BYTES):
+    def blocks(self, max_bytes=RTN_BLOCK_BYTES):
         """(first row, the rows' float values, their QuantizedMatrix), block by block."""
         for start, rows in row_blocks(self.values, max_bytes):
             yield start, rows, quantize_rtn(rows, self.bits, self.block, self.symmetric)

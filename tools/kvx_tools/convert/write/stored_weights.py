@@ -43,9 +43,12 @@ class StoredQuantized:
         return self.matrix.layout.entries(self.name)
 
     def write(self, out, check):
-        for start, values, matrix in self.matrix.blocks(with_values=check is not None):
-            if check is not None:  # what the graph computes with, as the float weights are checked
-                check.check_block(self.name, self.matrix.values, values)
+        for start, values, matrix in self.matrix.blocks():
+            # Checked what the graph computes with, as the float weights are: the floats quantized here, or the
+            # graph's integers dequantized, unless their scales alone show every value finite.
+            if check is not None and (values is not None or not matrix.surely_finite()):
+                floats = values if values is not None else matrix.dequantized()
+                check.check_block(self.name, self.matrix.values, floats)
             for entry, array in matrix.to_tensors(self.name).items():
                 out.write_rows(entry, start, array)
 
