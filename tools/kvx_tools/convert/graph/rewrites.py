@@ -148,7 +148,8 @@ def drop_whole_and_empty_slices(graph, weights):
         shape = ix.static_shape(node.input[0])
         bounds = [ix.constant(n) for n in node.input[1:4]]
         steps = ix.constant(node.input[4]) if len(node.input) > 4 and node.input[4] else np.ones(1, np.int64)
-        if shape is None or any(b is None or b.size != 1 for b in bounds) or steps.size != 1 or int(steps[0]) != 1:
+        if shape is None or any(b is None or b.size != 1 for b in [*bounds, steps]) \
+                or int(np.asarray(steps).reshape(-1)[0]) != 1:  # a 0-d step too (fuzz_convert_onnx.py found it)
             continue
         start, end, axis = (int(np.asarray(b).reshape(-1)[0]) for b in bounds)
         axis = axis + len(shape) if axis < 0 else axis
