@@ -1,6 +1,6 @@
 """Writes a random-weight Llama GGUF of any shape, Llama 3.2 1B's by default (hidden 2048, 16 layers, 32 query
 and 8 KV heads of 64, MLP 8192, vocabulary 128256, tied embedding, RoPE theta 500000), its matrices in one GGML
-type (Q4_0 by default, 688 MB) and its norms F32, with a byte-level BPE vocabulary of filler tokens: a model of
+type (Q4_0 by default: 699 MB) and its norms F32, with a byte-level BPE vocabulary of filler tokens: a model of
 the size people run, for measuring the exporter and the converter on it (docs/model-format.md, "Large models:
 memory"). Written a tensor at a time, each made and quantized a block of rows at a time.
 
