@@ -131,9 +131,12 @@ MODEL_CLASSES = {"Gemma3TextConfig": "Gemma3ForCausalLM"}  # the rest: AutoModel
 # The HF model and its logits
 
 
-def build_model(family):
+MANTISSA_BITS = 4  # of the random weights (randomise)
+
+
+def build_model(family, mantissa_bits=MANTISSA_BITS):
     """The random-weight model in eval mode, fp32, eager attention (the reference HF itself trusts for
-    soft-capping and windows)."""
+    soft-capping and windows); weights of mantissa_bits (None: full fp32, as testdata/quantized/ keeps)."""
     config_class, kwargs = FAMILIES[family]
     config = getattr(transformers, config_class)(**kwargs)
     config._attn_implementation = "eager"
@@ -141,7 +144,7 @@ def build_model(family):
     model_class = MODEL_CLASSES.get(config_class)
     model = (getattr(transformers, model_class)(config) if model_class
              else transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager"))
-    randomise(model)
+    randomise(model, mantissa_bits)
     return model.eval()
 
 
@@ -152,12 +155,12 @@ def load_as_users_do(hf_folder):
 
 
 @torch.no_grad()
-def randomise(model):
+def randomise(model, mantissa_bits=MANTISSA_BITS):
     """HF's init (std 0.02, biases 0, norms 1) gives near-constant logits and hides biases and norm
     weights; draw everything instead: matrices N(0, 1/fan), vectors named weight 1 + N(0, 0.1)
     (norm scales; Gemma's 1 + w form then scales by about 2), other vectors (biases) N(0, 0.1).
-    Each value keeps 4 of fp32's 23 mantissa bits (truncated): still random to the tests, and the committed
-    graphs compress 3x in git (random fp32 does not compress at all)."""
+    Each value keeps mantissa_bits of fp32's 23 mantissa bits (truncated; None keeps all): still random to the
+    tests, and the committed graphs compress 3x in git (random fp32 does not compress at all)."""
     generator = torch.Generator().manual_seed(SEED)
     for name, p in model.named_parameters():
         noise = torch.randn(p.shape, generator=generator)
@@ -167,7 +170,7 @@ def randomise(model):
             value = 1.0 + 0.1 * noise
         else:
             value = 0.1 * noise
-        p.copy_(short_mantissa(value))
+        p.copy_(value if mantissa_bits is None else short_mantissa(value, mantissa_bits))
 
 
 def short_mantissa(t, bits=4):

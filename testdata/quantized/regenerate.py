@@ -49,7 +49,7 @@ EXPORTERS = REPO / "testdata" / "exporters"
 sys.path.insert(0, str(REPO / "tests" / "python"))
 import exporter_feeds  # noqa: E402  (the tests' own feed builder, so regenerate and test agree)
 
-SOURCE = EXPORTERS / "llama3-untied" / "torchscript-past"
+SOURCE = REPO / "testdata" / "quantized" / "source"  # llama3-untied's TorchScript graph, full-precision weights
 BUILDER_FAMILY = "llama-tied"
 BUILDER_PYTHON = "/work/fixenv-builder/bin/python"
 NBITS = [(bits, block, symmetric) for bits in (4, 8) for block in (16, 32, 128) for symmetric in (True, False)]
@@ -158,7 +158,7 @@ def make_builder_fixture(prompt):
     folder = fresh(name)
     with tempfile.TemporaryDirectory() as tmp:
         hf, out, cache = Path(tmp) / "hf", Path(tmp) / "out", Path(tmp) / "cache"
-        exporters.save_hf_folder(exporters.build_model(BUILDER_FAMILY), hf)
+        exporters.save_hf_folder(exporters.build_model(BUILDER_FAMILY, mantissa_bits=None), hf)
         subprocess.run([BUILDER_PYTHON, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out),
                         "-p", "int4", "-e", "cpu", "-c", str(cache)], check=True, capture_output=True)
         for kept in ("model.onnx", "model.onnx.data", "genai_config.json"):

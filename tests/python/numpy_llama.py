@@ -50,7 +50,8 @@ def forward(config, t, tokens):
         # query head j reads KV head j // (nh / nkv)
         k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
         mask = banded if i in window["layers"] else causal
-        scores = np.where(mask, q @ k.transpose(0, 2, 1) / np.sqrt(hd), -np.inf)
+        scale = c.get("attention_scale") or 1 / np.sqrt(hd)
+        scores = np.where(mask, q @ k.transpose(0, 2, 1) * scale, -np.inf)
         probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
         x = x + (probs @ v).transpose(1, 0, 2).reshape(n, nh * hd) @ t[p + "wo"].T

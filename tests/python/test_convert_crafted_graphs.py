@@ -106,6 +106,23 @@ class CraftedGraphs(unittest.TestCase):
         assert_one_line_failure(self, convert(path, self.tmp / "out_rank_bomb", timeout=TIMEOUT),
                                 "/model/layers.0/self_attn/Reshape", "at most 64 dims")
 
+    def test_slice_step_that_is_a_scalar_or_computed(self):
+        """Found by fuzz_convert_onnx.py: a Slice whose steps input is a 0-d constant, or no constant at all,
+        made the whole-slice rewrite index it as a vector (IndexError, AttributeError tracebacks). A 0-d step
+        of 1 slices as [1] does."""
+        def scalar_step(model):
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(1, np.int64), "scalar_step"))
+            next(n for n in model.graph.node if n.op_type == "Slice").input.append("scalar_step")
+
+        def computed_step(model):
+            node = next(n for n in model.graph.node if n.op_type == "Slice")
+            model.graph.node.insert(list(model.graph.node).index(node), helper.make_node(
+                "Shape", [node.input[1]], ["computed_step"], name="/computed/step"))
+            node.input.append("computed_step")
+        self._converts_like_the_plain_graph(self._variant("scalar_step", scalar_step))
+        result = convert(self._variant("computed_step", computed_step), self.tmp / "out_computed_step", timeout=TIMEOUT)
+        self.assertNotIn("Traceback", result.stderr)
+
     def test_tensor_written_twice_is_refused(self):
         """onnx.checker refuses this in standard graphs; graphs of fused operators are beyond it."""
         def second_writer(model):

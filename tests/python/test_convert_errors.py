@@ -82,8 +82,9 @@ class ConverterRefusals(unittest.TestCase):
             steps = helper.make_tensor("interleave_step", onnx.TensorProto.INT64, [1], [2])
             model.graph.initializer.append(steps)
             first_half.input.append("interleave_step")
+        # Its shapes no longer agree (the rotated half has hd/4 elements): refused where they stop agreeing.
         self._refused(self._variant("interleaved", slice_every_other),
-                      "cannot map node '/model/layers.0/self_attn/Add", "RoPE: x * cos + R(x) * sin")
+                      "cannot map node '/model/layers.0/self_attn/Mul_1' (op Mul)", "whose shape kvx can compute")
 
     def test_attention_scale_is_one_per_model(self):
         """Another q.k scale is config.json's attention_scale (Gemma 2/3), but one for the whole model."""

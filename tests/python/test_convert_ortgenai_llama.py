@@ -151,12 +151,22 @@ class OrtGenAiLlama(unittest.TestCase):
                     next(a for a in node.attribute if a.name == "rotary_embedding_dim").i = 8
         self.refused("partial_rope", partial, "RotaryEmbedding", "rotary_embedding_dim 0 or 16")
 
-    def test_attention_scale_is_checked(self):
-        def halve_scale(model):
+    def test_attention_scale_is_read(self):
+        """Another scale on MultiHeadAttention (the builder writes Granite's attention_multiplier there) is
+        config.json's attention_scale, and the model computes what ONNX Runtime does with it (at 4.0, 16 times
+        the default: without it the logits are 3e-2 of max|logit| off)."""
+        def larger_scale(model):
             for node in model.graph.node:
                 if node.op_type == "MultiHeadAttention":
-                    next(a for a in node.attribute if a.name == "scale").f = 0.5
-        self.refused("scale", halve_scale, "MultiHeadAttention", "1/sqrt(head_dim) = 0.25", "found 0.5")
+                    next(a for a in node.attribute if a.name == "scale").f = 4.0
+        path = self.variant("scale", larger_scale)
+        out_dir = self.tmp / "scale_model"
+        run_ok(self, "kvx_tools.convert", path, "-o", out_dir)
+        config, tensors = numpy_llama.load_model_dir(out_dir)
+        self.assertEqual(config["attention_scale"], 4.0)
+        ort_logits = reference_logits(path, self.tokens, n_prefill=24)
+        self.assertLessEqual(worst_relative_error(numpy_llama.forward(config, tensors, self.tokens), ort_logits),
+                             TOLERANCE)
 
     def test_other_fused_operators_are_still_refused(self):
         def to_gqa(model):

@@ -18,6 +18,7 @@ from unittest import mock
 
 from kvx_tools.convert import pipeline as kvx_convert
 from kvx_tools.convert.write import model_dir as kvx_writer
+from kvx_tools.convert.write import safetensors_file
 from kvx_tools.convert.errors import ConvertError
 
 from kvx_test_support import STORIES_TOKENIZER, assert_one_line_failure, export_random, export_stories, run_ok
@@ -64,7 +65,7 @@ class OutputDirectory(unittest.TestCase):
     def test_full_disk_leaves_no_directory(self):
         out = self.tmp / "new" / "full_disk"
         full = OSError(errno.ENOSPC, "No space left on device")
-        with mock.patch.object(kvx_writer, "save_file", side_effect=full):
+        with mock.patch.object(safetensors_file.os, "pwrite", side_effect=full):
             with self.assertRaisesRegex(ConvertError, "cannot write .*full_disk: No space left on device"):
                 kvx_convert.convert(self.stories, out, STORIES_TOKENIZER)
         self.assertFalse(out.exists())
@@ -92,7 +93,8 @@ class OutputDirectory(unittest.TestCase):
         self.assertFalse(out.exists())
 
     def test_real_write_error_is_one_line(self):
-        """safetensors reports I/O errors as its own SafetensorError, which used to escape as a traceback."""
+        """A write the OS refuses (here the file size limit) is one line, not a traceback (safetensors' own writer,
+        used before, reported it as a SafetensorError)."""
         for name, existing in (("new", False), ("existing", True)):
             with self.subTest(name):
                 out = self._existing_model("too_big_existing") if existing else self.tmp / "too_big_new"

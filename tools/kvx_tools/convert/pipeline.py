@@ -36,8 +36,9 @@ from .quantized.matrix import BLOCK_SIZES
 from .blocks.sliding_window import sliding_window_of
 from .tokenizer.special_tokens import dummy_prefix, special_token_ids, whole_piece_ids
 from .tokenizer.bundle import bundle, carry_sentencepiece_options
-from .write.weight_check import check_finite_weights
-from .write.weight_dtype import NUMPY_DTYPES, cast_weights, source_dtype
+from .write.stored_weights import stored_weights
+from .write.weight_check import FiniteCheck
+from .write.weight_dtype import NUMPY_DTYPES, source_dtype
 
 MAX_SEQ_LEN_METADATA = "max_position_embeddings"
 
@@ -95,13 +96,13 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     check_weights: refuse weights holding NaN or infinity (write/weight_check.py).
     quantize: "int8" or "int4" to quantize the float matrices quantized/choice.py picks (blocks of block_size,
     symmetric or with zero points, the embedding and classifier too with quantize_embeddings), or None."""
-    model = load_onnx_model(onnx_path)
+    model, weights = load_onnx_model(onnx_path)  # the large constants stay unread (graph/weights.py)
     genai = read_genai_config(onnx_path)
     genai_length = genai.context_length if genai else None
     check_supported_ops(model.graph)
     check_onnx_model(onnx_path, model)
-    sources = rewrite_quantized_ops(model)
-    ix = GraphIndex(normalise(model).graph, model)
+    sources = rewrite_quantized_ops(model, weights)
+    ix = GraphIndex(normalise(model, weights).graph, weights, model)
     mapped = map_graph(ix)
     positions = mapped.tensors.get("pos_embeddings")
     hf_length = hf_context_length(onnx_path)
@@ -111,8 +112,6 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
         seq_len = max_seq_len_of(model, max_seq_len, positions.shape[0], genai_length=genai_length,
                                  hf_length=hf_length)
         mapped.tensors["pos_embeddings"] = positions[:seq_len]  # the rows a context of seq_len reaches
-    if check_weights:  # after the slice above: rows beyond the context are not stored, so cannot harm
-        check_finite_weights(mapped.tensors, ix.constants_read())
     vocab_size = mapped.hyperparameters["vocab_size"]
     extras = bundle(tokenizer_path, merges_path, chat_template_path, vocab_size)
     # Ids the exporter wrote into the ONNX metadata (else genai_config.json) win over the tokenizer files'.
@@ -129,14 +128,16 @@ def convert(onnx_path, out_dir, tokenizer_path=None, max_seq_len=None, merges_pa
     if quantize is not None:
         quantized.update(quantize_floats(floats, quantize, block_size, symmetric,
                                          mapped.hyperparameters["tied_embeddings"], quantize_embeddings))
-    tensors = cast_weights(floats, dtype)
-    for name, matrix in quantized.items():  # scales in the graph's precision, whatever --dtype says
-        tensors.update(matrix.to_tensors(name))
+    # Quantized scales stay in the graph's precision, whatever --dtype says.
+    stored = stored_weights(list(mapped.tensors), floats, quantized, dtype)
     x_rounding = x_rounding_of(model)  # checked whatever the weights; written for quantized ones only
     config = kvx_config(mapped.architecture, mapped.hyperparameters, seq_len, extras, Path(onnx_path).name, dtype,
                         window, x_rounding if quantized else None)
+    # Checked as they are written, a block at a time: after the slice above, so rows beyond the context, which are
+    # not stored, cannot harm.
+    check = FiniteCheck(ix.constants_read) if check_weights else None
     try:
-        write_model_dir(out_dir, config, tensors, extras.files)
+        write_model_dir(out_dir, config, stored, extras.files, check)
     except OSError as e:
         raise ConvertError(f"cannot write {out_dir}: {e.strerror or e}") from None
     return config

@@ -23,7 +23,7 @@ from .gguf_checkpoint import GgufError, gguf_architecture, open_gguf, read_gguf_
 from .gguf_tokenizer import (LLAMA2C_TOKENIZER_FILE, gguf_add_space_prefix, gguf_chat_template, gguf_llama2c_tokenizer,
                              gguf_tokenizer, gguf_whole_piece_ids)
 from .llama_graph import build_llama_graph
-from .onnx_save import save_onnx
+from .onnx_save import export_onnx
 
 TOKENIZER_FILE = "tokenizer.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -46,7 +46,7 @@ def export_gguf(gguf_path, onnx_path, external_data, requantize=None):
     if tokenizer.get_vocab_size() != config["vocab_size"]:
         raise GgufError(f"{gguf_path}: the tokenizer has {tokenizer.get_vocab_size()} tokens, the embedding "
                         f"{config['vocab_size']} rows")
-    save_onnx(build_llama_graph(config, weights), onnx_path, external_data)
+    export_onnx(lambda data: build_llama_graph(config, weights, data), onnx_path, external_data)
     out_dir = Path(onnx_path).parent
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
     _write_template(out_dir, template)
@@ -64,7 +64,7 @@ def _export_gemma3(reader, gguf_path, onnx_path, external_data):
     config, weights = read_gguf_gemma3(reader, gguf_path)
     config["add_dummy_prefix"] = gguf_add_space_prefix(reader)  # into the ONNX metadata, for config.json
     config["user_defined_token_ids"], config["control_token_ids"] = gguf_whole_piece_ids(reader)
-    save_onnx(build_gemma3_graph(config, weights), onnx_path, external_data)
+    export_onnx(lambda data: build_gemma3_graph(config, weights, data), onnx_path, external_data)
     out_dir = Path(onnx_path).parent
     (out_dir / LLAMA2C_TOKENIZER_FILE).write_bytes(tokenizer)
     _write_template(out_dir, template)

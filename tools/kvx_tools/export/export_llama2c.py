@@ -8,7 +8,7 @@ import sys
 
 from .llama2c_checkpoint import CheckpointError, read_llama2c_checkpoint
 from .llama_graph import build_llama_graph
-from .onnx_save import save_onnx
+from .onnx_save import export_onnx
 
 
 def main(argv=None):
@@ -22,7 +22,7 @@ def main(argv=None):
     except (OSError, CheckpointError) as e:
         print(f"kvx export: {e}", file=sys.stderr)
         return 1
-    save_onnx(build_llama_graph(config, weights), args.output, args.external_data)
+    export_onnx(lambda data: build_llama_graph(config, weights, data), args.output, args.external_data)
     return 0
 
 

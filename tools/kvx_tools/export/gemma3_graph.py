@@ -25,8 +25,9 @@ from .onnx_graph_builder import FLOAT
 GELU_TANH_SCALE = float(np.sqrt(2.0 / np.pi))
 
 
-def build_gemma3_graph(config, weights):
-    return _Gemma3Graph(config, weights).build()
+def build_gemma3_graph(config, weights, external_data=None):
+    """external_data: an ExternalDataFile (external_data_file.py) the weights are written to as they are added."""
+    return _Gemma3Graph(config, weights, external_data).build()
 
 
 class _Gemma3Graph(_LlamaGraph):
@@ -108,5 +109,5 @@ class _Gemma3Graph(_LlamaGraph):
                                  f"{layer}/post_feedforward_layernorm")
             hidden = g.op("Add", [hidden, mlp], layer)
         normed = self._rms_norm(hidden, "final_norm", "model.norm.weight", "/model/norm")
-        g.op("MatMul", [normed, self._lm_head_weight()], "/lm_head", outputs=["logits"])
+        g.op("MatMul", [normed, self._lm_head_weight(self.w.get("classifier"))], "/lm_head", outputs=["logits"])
         return g.build("main_graph", OPSET, IR_VERSION, graph_metadata(c))

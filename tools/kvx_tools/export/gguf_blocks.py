@@ -23,6 +23,7 @@ from gguf.quants import dequantize, quantize
 from .gguf_metadata import GgufError
 
 BLOCK = 32  # elements per block in every GGUF type kept here
+ROWS_AT_A_TIME = 4096  # rows converted at a time: the conversions' temporaries stay a few MB, not the matrix's size
 KEPT_TYPES = {GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1}
 REQUANTIZE_TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}
 
@@ -88,15 +89,27 @@ def _float_zero_points(d, m):
     return z
 
 
+def _by_rows(convert, values, width):
+    """convert(rows of values) -> uint8 [rows, n_blocks, width], ROWS_AT_A_TIME rows at a time."""
+    out = np.empty((values.shape[0], values.shape[1], width), np.uint8)
+    for start in range(0, values.shape[0], ROWS_AT_A_TIME):
+        out[start:start + ROWS_AT_A_TIME] = convert(values[start:start + ROWS_AT_A_TIME])
+    return out
+
+
+def _q8_0_to_ort(q):
+    return (q.view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+
+
 def _from_q8_0(data, rows):
     b = _blocks(data, rows, 2 + BLOCK)
-    q = (b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
-    return QuantizedMatrix(8, q.shape[1] * BLOCK, q, _fp16_field(b, 0))
+    return QuantizedMatrix(8, b.shape[1] * BLOCK, _by_rows(_q8_0_to_ort, b[..., 2:], BLOCK), _fp16_field(b, 0))
 
 
 def _from_q4_0(data, rows):
     b = _blocks(data, rows, 2 + BLOCK // 2)
-    return QuantizedMatrix(4, b.shape[1] * BLOCK, _gguf_nibbles_to_ort(b[..., 2:]), _fp16_field(b, 0))
+    return QuantizedMatrix(4, b.shape[1] * BLOCK, _by_rows(_gguf_nibbles_to_ort, b[..., 2:], BLOCK // 2),
+                           _fp16_field(b, 0))
 
 
 def _from_q4_1(data, rows):
@@ -104,30 +117,31 @@ def _from_q4_1(data, rows):
     d, m = _fp16_field(b, 0), _fp16_field(b, 2)
     if np.any((d == 0) & (m != 0)):
         return None
-    return QuantizedMatrix(4, b.shape[1] * BLOCK, _gguf_nibbles_to_ort(b[..., 4:]), d, _float_zero_points(d, m))
+    return QuantizedMatrix(4, b.shape[1] * BLOCK, _by_rows(_gguf_nibbles_to_ort, b[..., 4:], BLOCK // 2), d,
+                           _float_zero_points(d, m))
 
 
 _READERS = {GGMLQuantizationType.Q8_0: _from_q8_0, GGMLQuantizationType.Q4_0: _from_q4_0,
             GGMLQuantizationType.Q4_1: _from_q4_1}
 
 
-def gguf_quantized_matrix(tensor, requantize):
-    """A 2-D GGUF tensor as a QuantizedMatrix: Q8_0, Q4_0 and Q4_1 blocks as they are; any other type, and a Q4_1
-    matrix whose blocks no float zero point can express, dequantized and re-quantized to requantize ("q8_0" or
-    "q4_0"). None when the tensor is to stay fp32: requantize "none" and a type not kept, or a row length that
-    is not a multiple of 32."""
+def gguf_quantized_matrix(tensor, data, requantize):
+    """A 2-D GGUF tensor (the reader's tensor, and data: what its tensor.data holds, read) as a QuantizedMatrix:
+    Q8_0, Q4_0 and Q4_1 blocks as they are; any other type, and a Q4_1 matrix whose blocks no float zero point
+    can express, dequantized and re-quantized to requantize ("q8_0" or "q4_0"). None when the tensor is to stay
+    fp32: requantize "none" and a type not kept, or a row length that is not a multiple of 32."""
     if len(tensor.shape) != 2 or int(tensor.shape[0]) % BLOCK:
         return None
     rows, cols = int(tensor.shape[1]), int(tensor.shape[0])  # GGUF lists the fastest dim first
     if tensor.tensor_type in KEPT_TYPES:
-        matrix = _READERS[tensor.tensor_type](tensor.data, rows)
+        matrix = _READERS[tensor.tensor_type](data, rows)
         if matrix is not None:
             return matrix
     if requantize == "none":
         return None
     target = REQUANTIZE_TYPES[requantize]
     try:
-        values = dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols).astype(np.float32)
+        values = dequantize(data, tensor.tensor_type).reshape(rows, cols).astype(np.float32)
     except (NotImplementedError, ValueError) as e:
         raise GgufError(f"tensor '{tensor.name}': cannot dequantize type {tensor.tensor_type.name} ({e})") from None
     return _READERS[target](quantize(values, target), rows)

@@ -6,6 +6,10 @@ Q8_0, Q4_1, ...): the exported graph then computes in fp32 exactly what the quan
 requantize ("none", "q8_0" or "q4_0") the matrices stay quantized instead (gguf_blocks.py): Q8_0, Q4_0 and Q4_1
 blocks as they are, other types dequantized and then re-quantized to requantize's type ("none": kept fp32).
 
+Each weight is read from the file when the graph builder asks for it (weights_on_demand.py), with np.fromfile
+rather than through the reader's memory map, whose pages would stay in the process once touched: an export
+holds one weight at a time.
+
 GGUF names and shapes: GGUF lists dims fastest-first, so a tensor of GGUF shape [in, out] reads as the
 numpy array [out, in], PyTorch's Linear layout.
   token_embd.weight [vocab, dim]; output_norm.weight [dim]; output.weight [vocab, dim] (absent when tied)
@@ -23,6 +27,7 @@ from .gguf_layout import check_gguf_layout
 from .gguf_blocks import QuantizedMatrix, gguf_quantized_matrix
 from .gguf_metadata import GgufError, metadata_float, metadata_int, metadata_str
 from .llama_graph import interleaved_to_rotate_half
+from .weights_on_demand import WeightsOnDemand
 
 LAYER_TENSORS = {  # GGUF name inside blk.{i} -> llama_graph name inside layers.{i}
     "attn_norm": "attn_norm", "attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo",
@@ -82,10 +87,18 @@ def _config(reader):
     }
 
 
-def _dequantized(tensor):
+def _tensor_data(path, tensor):
+    """What the reader's tensor.data holds (same dtype and shape), read from the file into memory of our own."""
+    data = np.fromfile(path, np.uint8, tensor.n_bytes, offset=tensor.data_offset)
+    if data.size != tensor.n_bytes:
+        raise GgufError(f"{path}: truncated: tensor '{tensor.name}' reaches past the end of the file")
+    return data.view(tensor.data.dtype).reshape(tensor.data.shape)
+
+
+def _dequantized(path, tensor):
     """tensor's values as fp32, shaped [..., fastest GGUF dim] (numpy order)."""
     try:
-        values = dequantize(tensor.data, tensor.tensor_type)
+        values = dequantize(_tensor_data(path, tensor), tensor.tensor_type)
     except NotImplementedError:
         raise GgufError(f"tensor '{tensor.name}': cannot dequantize type {tensor.tensor_type.name}") from None
     except ValueError as e:  # data that does not fit the type's blocks
@@ -119,21 +132,24 @@ def read_gguf_llama(reader, path, requantize=None):
     config = _config(reader)
     tensors, gguf_to_kvx, shapes = _named_tensors(reader, path, config, LAYER_TENSORS, "Llama")
     _check_shapes(path, config, shapes)  # before dequantizing: fp32 copies of wrong shapes could be huge
-    weights = {name: _weight(tensors[gguf_name], requantize) for gguf_name, name in gguf_to_kvx.items()}
-    for i in range(config["n_layers"]):
-        # llama.cpp permutes these rows into neighbour pairs for its own RoPE; HF's graph wants halves.
-        weights[f"layers.{i}.wq"] = _permuted_rows(weights[f"layers.{i}.wq"], config["n_heads"])
-        weights[f"layers.{i}.wk"] = _permuted_rows(weights[f"layers.{i}.wk"], config["n_kv_heads"])
-    return config, weights
+    # llama.cpp permutes the rows of Q and K into neighbour pairs for its own RoPE; HF's graph wants halves.
+    permuted = {f"layers.{i}.{w}": config[heads] for i in range(config["n_layers"])
+                for w, heads in (("wq", "n_heads"), ("wk", "n_kv_heads"))}
+
+    def maker(gguf_name, name):
+        return lambda: _weight(path, tensors[gguf_name], requantize, permuted.get(name))
+    return config, WeightsOnDemand({name: maker(gguf_name, name) for gguf_name, name in gguf_to_kvx.items()})
 
 
-def _weight(tensor, requantize):
-    """tensor as fp32, or as a QuantizedMatrix where requantize asks for one and the tensor is a matrix."""
+def _weight(path, tensor, requantize, permuted_heads=None):
+    """tensor as fp32, or as a QuantizedMatrix where requantize asks for one and the tensor is a matrix; its rows
+    from llama.cpp's RoPE order to HF's where permuted_heads gives the heads of a Q or K."""
+    weight = None
     if requantize is not None and len(tensor.shape) == 2:
-        matrix = gguf_quantized_matrix(tensor, requantize)
-        if matrix is not None:
-            return matrix
-    return _dequantized(tensor)
+        weight = gguf_quantized_matrix(tensor, _tensor_data(path, tensor), requantize)
+    if weight is None:
+        weight = _dequantized(path, tensor)
+    return weight if permuted_heads is None else _permuted_rows(weight, permuted_heads)
 
 
 def _permuted_rows(weight, n_heads):
@@ -222,5 +238,5 @@ def read_gguf_gemma3(reader, path):
     for name, shape in expected_tensor_shapes(layout).items():
         if name in shapes and shapes[name] != shape:
             raise GgufError(f"{path}: {name} has shape {list(shapes[name])}, the metadata implies {list(shape)}")
-    weights = {name: _dequantized(tensors[gguf_name]) for gguf_name, name in gguf_to_kvx.items()}
-    return config, weights
+    return config, WeightsOnDemand({name: lambda t=tensors[gguf_name]: _dequantized(path, t)
+                                    for gguf_name, name in gguf_to_kvx.items()})

@@ -13,8 +13,10 @@ where total_sequence_length = past_sequence_length + sequence_length. Keys are c
 config: dict with dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len,
 norm_eps, rope_theta; optionally sliding_window W with window_layers (the layers whose mask is HF's
 sliding-window band: a query at p sees keys p-W+1..p), written to the metadata as well.
-weights: dict of fp32 numpy arrays named as in kvx's model.safetensors, Linear weights [out, in]
-(PyTorch's layout), Q and K rows already in rotate-half order within each head:
+weights: a mapping of fp32 numpy arrays named as in kvx's model.safetensors, Linear weights [out, in]
+(PyTorch's layout), Q and K rows already in rotate-half order within each head (each is read once, when its
+initializer is added: a mapping that makes them on demand keeps one in memory at a time; a matrix may be an
+fp16 array or StreamedWeight too, read through a Cast to fp32, as mixed-precision exports store weights):
   tok_embeddings [vocab, dim]; final_norm [dim]; classifier [vocab, dim] only when untied;
   layers.{i}.attn_norm / ffn_norm [dim]; wq [n_heads*head_dim, dim]; wk, wv [n_kv_heads*head_dim, dim];
   wo [dim, n_heads*head_dim]; w_gate, w_up [hidden_dim, dim]; w_down [dim, hidden_dim].
@@ -25,7 +27,7 @@ import numpy as np
 from .decoder_graph import DecoderGraph, graph_metadata
 from .gguf_blocks import QuantizedMatrix
 from .onnx_graph_builder import FLOAT, OnnxGraphBuilder
-from .quantized_ops import gather_block_quantized, matmul_nbits, quantized_operands
+from .quantized_ops import gather_block_quantized, matmul_nbits, nbits_attributes, quantized_operands
 
 OPSET = 17
 IR_VERSION = 8  # the IR of opset 17; keeps the files loadable by older ONNX Runtime builds
@@ -53,18 +55,27 @@ def interleaved_to_rotate_half(w, n_heads):
              .reshape(w.shape))
 
 
-def build_llama_graph(config, weights):
-    return _LlamaGraph(config, weights).build()
+def build_llama_graph(config, weights, external_data=None):
+    """external_data: an ExternalDataFile (external_data_file.py) the weights are written to as they are added."""
+    return _LlamaGraph(config, weights, external_data).build()
 
 
 class _LlamaGraph(DecoderGraph):
-    def __init__(self, config, weights):
+    def __init__(self, config, weights, external_data=None):
         self.c = config
         self.w = weights
-        self.g = OnnxGraphBuilder()
-        self.embedding_operands = None  # a quantized embedding's MatMulNBits operands, for the tied classifier
+        self.g = OnnxGraphBuilder(external_data)
+        self.embedding = "model.embed_tokens.weight"  # the fp32 table the Gather reads, for a tied classifier
+        self.embedding_operands = None  # a quantized embedding's (MatMulNBits operands, attributes), for the tied classifier
 
     # -- small pieces ---------------------------------------------------------------------------
+
+    def _weight(self, name, value, scope):
+        """The fp32 tensor of a weight: its initializer, or, for one stored fp16, a Cast of it to fp32."""
+        initializer = self.g.add_initializer(name, value)
+        if np.dtype(value.dtype) == np.float32:
+            return initializer
+        return self.g.op("Cast", [initializer], scope, to=FLOAT)
 
     def _linear(self, x, weight_key, scope):
         """x @ W^T with W stored as an [in, out] initializer, as torch exports nn.Linear without bias; a quantized
@@ -72,13 +83,13 @@ class _LlamaGraph(DecoderGraph):
         name = f"{scope[1:].replace('/', '.')}.weight"
         w = self.w[weight_key]
         if isinstance(w, QuantizedMatrix):
-            return matmul_nbits(self.g, x, w, quantized_operands(self.g, w, name), scope)
-        w_in_out = self.g.add_initializer(f"{name}_in_out", w.T)
+            return matmul_nbits(self.g, x, nbits_attributes(w), quantized_operands(self.g, w, name), scope)
+        w_in_out = self._weight(f"{name}_in_out", w.T, scope)
         return self.g.op("MatMul", [x, w_in_out], scope)
 
     def _rms_norm(self, x, weight_key, weight_name, scope):
         g = self.g
-        weight = g.add_initializer(weight_name, self.w[weight_key])
+        weight = self._weight(weight_name, self.w[weight_key], scope)
         squared = g.op("Pow", [x, g.const(2.0, scope, np.float32)], scope)
         mean_square = g.op("ReduceMean", [squared], scope, axes=[-1], keepdims=1)
         variance_eps = g.op("Add", [mean_square, g.const(self.c["norm_eps"], scope, np.float32)], scope)
@@ -155,11 +166,12 @@ class _LlamaGraph(DecoderGraph):
         up = self._linear(x, f"layers.{i}.w_up", f"{scope}/up_proj")
         return self._linear(g.op("Mul", [silu, up], scope), f"layers.{i}.w_down", f"{scope}/down_proj")
 
-    def _lm_head_weight(self):
-        """[dim, vocab]. Tied: a Transpose of the embedding, so the data is stored once."""
-        if "classifier" in self.w:
-            return self.g.add_initializer("lm_head.weight_in_out", self.w["classifier"].T)
-        return self.g.op("Transpose", ["model.embed_tokens.weight"], "/lm_head", perm=[1, 0])
+    def _lm_head_weight(self, classifier):
+        """[dim, vocab] of classifier [vocab, dim]. Tied (None): a Transpose of the embedding, so the data is
+        stored once."""
+        if classifier is not None:
+            return self._weight("lm_head.weight_in_out", classifier.T, "/lm_head")
+        return self.g.op("Transpose", [self.embedding], "/lm_head", perm=[1, 0])
 
     def _embedding(self):
         """[b, s, dim] rows of the embedding. A quantized one (default zero points) is GatherBlockQuantized over the
@@ -167,12 +179,13 @@ class _LlamaGraph(DecoderGraph):
         points (GGUF Q4_1) is dequantized, since GatherBlockQuantized takes integer zero points only."""
         table = self.w["tok_embeddings"]
         if isinstance(table, QuantizedMatrix) and table.zero_points is None:
-            self.embedding_operands = quantized_operands(self.g, table, "model.embed_tokens.weight")
-            return gather_block_quantized(self.g, "input_ids", table, self.embedding_operands, "/model/embed_tokens")
+            operands = quantized_operands(self.g, table, "model.embed_tokens.weight")
+            self.embedding_operands = operands, nbits_attributes(table)
+            return gather_block_quantized(self.g, "input_ids", nbits_attributes(table), operands, "/model/embed_tokens")
         if isinstance(table, QuantizedMatrix):
             table = table.dequantized()
-        embedding = self.g.add_initializer("model.embed_tokens.weight", table)
-        return self.g.op("Gather", [embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
+        self.embedding = self._weight("model.embed_tokens.weight", table, "/model/embed_tokens")
+        return self.g.op("Gather", [self.embedding, "input_ids"], "/model/embed_tokens")  # [b, s, dim]
 
     def _logits(self, normed):
         """logits [b, s, vocab]: MatMulNBits where the classifier, or the embedding it is tied to, is quantized."""
@@ -180,11 +193,11 @@ class _LlamaGraph(DecoderGraph):
         classifier = self.w.get("classifier")
         if isinstance(classifier, QuantizedMatrix):
             operands = quantized_operands(self.g, classifier, "lm_head.weight")
-            return matmul_nbits(self.g, normed, classifier, operands, scope, outputs=["logits"])
+            return matmul_nbits(self.g, normed, nbits_attributes(classifier), operands, scope, outputs=["logits"])
         if classifier is None and self.embedding_operands is not None:
-            return matmul_nbits(self.g, normed, self.w["tok_embeddings"], self.embedding_operands, scope,
-                                outputs=["logits"])
-        return self.g.op("MatMul", [normed, self._lm_head_weight()], scope, outputs=["logits"])
+            operands, attributes = self.embedding_operands
+            return matmul_nbits(self.g, normed, attributes, operands, scope, outputs=["logits"])
+        return self.g.op("MatMul", [normed, self._lm_head_weight(classifier)], scope, outputs=["logits"])
 
     def build(self):
         c, g = self.c, self.g

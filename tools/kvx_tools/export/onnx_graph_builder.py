@@ -2,6 +2,9 @@
 
 Node and tensor names follow torch.onnx.export's scheme ("/model/layers.0/self_attn/MatMul",
 ".../MatMul_output_0") so that exported graphs read like the ones the converter meets in the wild.
+
+Given an ExternalDataFile (external_data_file.py), the builder writes each initializer's bytes there as it is
+added and keeps only its place, so that a model of any size is built one weight at a time.
 """
 
 import numpy as np
@@ -9,7 +12,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 class OnnxGraphBuilder:
-    def __init__(self):
+    def __init__(self, external_data=None):
+        """external_data: an ExternalDataFile for the initializers' bytes, or None to keep them in the graph."""
+        self.external_data = external_data
         self.nodes = []
         self.initializers = []
         self.inputs = []
@@ -34,8 +39,17 @@ class OnnxGraphBuilder:
         self.outputs.append(helper.make_tensor_value_info(name, elem_type, shape))
 
     def add_initializer(self, name, array):
+        """array: a numpy array, or a StreamedWeight (shape, dtype, blocks(): its rows as made) too large to make
+        whole."""
         name = self._unique(name)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        if self.external_data is not None and hasattr(array, "blocks"):
+            tensor = self.external_data.streamed_tensor(name, array)
+        elif self.external_data is not None:
+            tensor = self.external_data.tensor(name, array)
+        else:
+            whole = np.concatenate(list(array.blocks())) if hasattr(array, "blocks") else array
+            tensor = numpy_helper.from_array(np.ascontiguousarray(whole), name)
+        self.initializers.append(tensor)
         return name
 
     def op(self, op_type, inputs, scope, outputs=None, **attrs):
@@ -58,6 +72,9 @@ class OnnxGraphBuilder:
         return self.op("Constant", [], scope, value=numpy_helper.from_array(array))
 
     def build(self, graph_name, opset, ir_version, metadata):
+        """The ModelProto; the external data file, if any, is complete and closed."""
+        if self.external_data is not None:
+            self.external_data.close()
         graph = helper.make_graph(self.nodes, graph_name, self.inputs, self.outputs, self.initializers)
         # com.microsoft (MatMulNBits, GatherBlockQuantized) is imported only by graphs that use it
         domains = sorted({node.domain for node in self.nodes if node.domain})

@@ -19,20 +19,25 @@ def quantized_operands(g, matrix, name):
     return b, scales, zero_points
 
 
-def matmul_nbits(g, x, matrix, operands, scope, outputs=None):
-    """x @ W^T for the QuantizedMatrix W whose quantized_operands are operands."""
+def nbits_attributes(matrix):
+    """MatMulNBits' K, N, bits and block_size for a QuantizedMatrix: all a second node over the same initializers
+    needs of it (the tied classifier), so the matrix itself need not be kept."""
+    return {"K": matrix.cols, "N": matrix.rows, "bits": matrix.bits, "block_size": matrix.q.shape[2] * 8 // matrix.bits}
+
+
+def matmul_nbits(g, x, attributes, operands, scope, outputs=None):
+    """x @ W^T for the QuantizedMatrix W of nbits_attributes attributes whose quantized_operands are operands."""
     b, scales, zero_points = operands
     inputs = [x, b, scales] + ([zero_points] if zero_points is not None else [])
-    return g.op("MatMulNBits", inputs, scope, outputs=outputs, domain=MS_DOMAIN, K=matrix.cols, N=matrix.rows,
-                bits=matrix.bits, block_size=matrix.q.shape[2] * 8 // matrix.bits, accuracy_level=0)
+    return g.op("MatMulNBits", inputs, scope, outputs=outputs, domain=MS_DOMAIN, **attributes, accuracy_level=0)
 
 
-def gather_block_quantized(g, ids, matrix, operands, scope):
+def gather_block_quantized(g, ids, attributes, operands, scope):
     """Rows ids of W (an embedding) from the same initializers a tied classifier's MatMulNBits reads: B seen as
     [N, K * bits / 8] through a Reshape. Default zero points only: GatherBlockQuantized's zero points are integers
     of the data's type, and gguf_blocks makes float ones (Q4_1), which the caller dequantizes instead."""
     b, scales, zero_points = operands
     assert zero_points is None, "GatherBlockQuantized takes no float zero points"
-    data = g.op("Reshape", [b, g.const([matrix.rows, -1], scope)], scope)
+    data = g.op("Reshape", [b, g.const([attributes["N"], -1], scope)], scope)
     return g.op("GatherBlockQuantized", [data, ids, scales], scope, domain=MS_DOMAIN, gather_axis=0, quantize_axis=1,
-                block_size=matrix.q.shape[2] * 8 // matrix.bits, bits=matrix.bits)
+                block_size=attributes["block_size"], bits=attributes["bits"])

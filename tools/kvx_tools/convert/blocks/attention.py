@@ -262,9 +262,9 @@ def _assemble(ix, core, paths, ids, heads, row_head, operands):
     weights = {}
     for name, role, cols in (("wq", "query", q_cols), ("wk", "key", k_cols), ("wv", "value", v_cols)):
         linear = paths[role].linear
-        weights[name] = np.ascontiguousarray(linear.weight[:, cols])
+        weights[name] = _taken(linear.weight, cols, axis=1)
         if linear.bias is not None:
-            biases[name] = np.ascontiguousarray(linear.bias[cols])
+            biases[name] = np.ascontiguousarray(np.asarray(linear.bias)[cols])
     o_proj = biased_linear(ix, core.o_proj)
     wo_rows = _output_rows(ix, core, row_head, operands, q_order, head_dim)
     if o_proj.bias is not None:
@@ -281,11 +281,21 @@ def _assemble(ix, core, paths, ids, heads, row_head, operands):
         inv_freq = rope_q.inv_freq
         rotary_dim = rope_q.rotary_dim if rope_q.rotary_dim != head_dim else None
     return Attention(wq=weights["wq"], wk=weights["wk"], wv=weights["wv"],
-                     wo=np.ascontiguousarray(o_proj.weight[wo_rows]), n_heads=n_heads, n_kv_heads=n_kv_heads,
+                     wo=_taken(o_proj.weight, wo_rows, axis=0), n_heads=n_heads, n_kv_heads=n_kv_heads,
                      head_dim=head_dim, inv_freq=inv_freq, output=o_proj.output, biases=biases, q_norm=q_norm,
                      k_norm=k_norm, qk_norm_scope=scope, scale=scale, softcap=core.softcap, mask=core.mask,
                      rotary_dim=rotary_dim, clip=clips.pop(),
                      projections=list({id(p.matmul): p.matmul for p in paths.values()}.values()))
+
+
+def _taken(weight, indices, axis):
+    """weight's rows (axis 0) or columns (axis 1) at indices: a slice where they are consecutive (most graphs),
+    else a take; either stays a view of a weight not read yet (graph/lazy_tensor.py)."""
+    indices = np.asarray(indices)
+    if indices.size and np.array_equal(indices, np.arange(indices[0], indices[0] + indices.size)):
+        whole = slice(int(indices[0]), int(indices[0]) + indices.size)
+        return weight[:, whole] if axis == 1 else weight[whole]
+    return weight.take(indices, axis=axis)
 
 
 def _output_rows(ix, core, row_head, operands, q_order, head_dim):

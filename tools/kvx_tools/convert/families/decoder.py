@@ -320,7 +320,7 @@ def _layer_tensors(tensors, i, layer, eps):
     if mlp.w_gate is not None:
         onnx_in_out["w_gate"] = mlp.w_gate
     for name, w in onnx_in_out.items():  # kvx's Linear layout is [out, in], ONNX's MatMul operand [in, out]
-        tensors[p + name] = float_weight(np.ascontiguousarray(w.T), f"layer {i} {name}")
+        tensors[p + name] = float_weight(w.T, f"layer {i} {name}")
     for name, bias in {**a.biases, **(mlp.biases or {})}.items():
         tensors[f"{p}{name}_bias"] = float_weight(bias, f"layer {i} {name} bias")
 

@@ -6,6 +6,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import ConvertError
+from ..graph.lazy_tensor import LazyTensor, same_values
 from .tensor_layout import tensor_shapes
 
 
@@ -13,7 +14,7 @@ from .tensor_layout import tensor_shapes
 class MappedModel:
     architecture: str  # config.json's "architecture"
     hyperparameters: dict  # config.json's model fields: dim ... tied_embeddings
-    tensors: dict  # kvx name -> fp32 or fp16 array (the graph's precision) in kvx layout (Linear [out, in])
+    tensors: dict  # kvx name -> fp32 or fp16 array or LazyTensor (the graph's precision) in kvx layout ([out, in])
     max_positions: Optional[int] = None  # rows of the RoPE tables the graph looks positions up in, if any
     # Per layer, the window a fused attention op declares (None: whole sequence); None where the graph's
     # attention carries no such attribute (blocks/sliding_window.py then reads metadata or the mask).
@@ -21,10 +22,11 @@ class MappedModel:
 
 
 def float_weight(array, what):
-    """array, contiguous, in its own precision (write/weight_dtype.py picks the stored one): fp32 or fp16."""
+    """array in its own precision (write/weight_dtype.py picks the stored one): fp32 or fp16; contiguous, or a
+    LazyTensor left unread (the writer reads it)."""
     if array.dtype not in (np.float32, np.float16):
         raise ConvertError(f"{what} is {array.dtype}; kvx model directories hold fp32 or fp16 weights only")
-    return np.ascontiguousarray(array)
+    return array if isinstance(array, LazyTensor) else np.ascontiguousarray(array)
 
 
 def the_one_eps(values, norm_kind):
@@ -39,8 +41,9 @@ def the_one_eps(values, norm_kind):
 
 def add_classifier(tensors, classifier, embedding):
     """Stores the classifier [vocab, dim] unless it holds the embedding's data (tied, whatever the graph
-    did to share it: a Transpose of the same initializer or a stored copy). Returns whether it is tied."""
-    tied = classifier.shape == embedding.shape and np.array_equal(classifier, embedding)
+    did to share it: a Transpose of the same initializer, found without reading either, or a stored copy,
+    compared a block of rows at a time). Returns whether it is tied."""
+    tied = classifier.shape == embedding.shape and same_values(classifier, embedding)
     if not tied:
         tensors["classifier"] = float_weight(classifier, "the classifier")
     return bool(tied)

@@ -84,7 +84,8 @@ def locate_external_data(model, model_path):
 
 
 def read_external_data(located):
-    """Moves each located range into its tensor's raw_data, so that the rest of the converter sees one model."""
+    """Moves each located range into its tensor's raw_data (the small tensors: graph/weights.py leaves the large
+    ones in their file)."""
     for tensor, data_path, offset, length in located:
         with open(data_path, "rb") as f:
             f.seek(offset)

@@ -1,7 +1,9 @@
 """Evaluation at conversion time: a node whose inputs are all constant (or whose result follows from shapes
 onnx's shape inference knows) is computed, with onnx.reference, into a constant. Every fold is bounded: its
 result stays under MAX_FOLD_ELEMENTS and grows no data beyond SMALL_RESULT, so a crafted graph cannot make
-the converter allocate without limit."""
+the converter allocate without limit. A fold that only moves, reshapes or casts a large constant (a
+Transpose of a weight) computes nothing: graph/lazy_folds.py gives it as a view of the same data, unbounded
+since it allocates nothing."""
 
 from dataclasses import dataclass, field
 
@@ -11,7 +13,10 @@ from onnx import helper
 
 from ..domains import DEFAULT_DOMAINS
 from .index import constant_node_value, node_attr
+from .lazy_folds import lazy_fold
+from .lazy_tensor import LazyTensor
 from .order import dependency_order
+from .weights import LARGE_ELEMENTS
 
 
 @dataclass
@@ -31,12 +36,9 @@ MAX_FOLD_ELEMENTS = 1 << 26
 # The most elements a fold may write beyond the size of its largest input (masks, shapes, Range tables).
 SMALL_RESULT = 1 << 16
 # Initializers at most this many elements are kept in the copy given to shape inference (the rest become
-# inputs of their declared shape), so that inference never serialises the weights.
-
-
-# Initializers at most this many elements are kept in the copy given to shape inference (the rest become
-# inputs of their declared shape), so that inference never serialises the weights.
-SMALL_CONSTANT = 4096
+# inputs of their declared shape), so that inference never serialises the weights. The larger ones are the
+# LazyTensors of graph/weights.py, whose protos hold no data.
+SMALL_CONSTANT = LARGE_ELEMENTS
 
 # Ops folded when every input is constant. Their result is at most as large as the bound _result_size
 # gives; others (random numbers, loops, anything out of the default domain) are never evaluated.
@@ -83,6 +85,9 @@ def fold_node(node, value_of, inferred, opset):
     inputs = [value_of(name) if name else None for name in node.input]
     if any(v is None for name, v in zip(node.input, inputs) if name):
         return None
+    lazy = lazy_fold(node, inputs, opset)
+    if lazy is not None:
+        return lazy
     size = _result_size(node, inputs)
     largest_input = max((v.size for v in inputs if v is not None), default=0)
     if size is None or size > MAX_FOLD_ELEMENTS or size > max(largest_input, SMALL_RESULT):
@@ -95,7 +100,8 @@ def fold_node(node, value_of, inferred, opset):
 
 def evaluate_node(node, inputs, opset):
     from onnx.reference import ReferenceEvaluator  # imported here: it takes a moment to load
-    feeds = {name: value for name, value in zip(node.input, inputs) if name}
+    feeds = {name: np.asarray(value) if isinstance(value, LazyTensor) else value  # read: a bounded fold
+             for name, value in zip(node.input, inputs) if name}
     evaluator = ReferenceEvaluator(_standalone(node), opsets={"": opset})
     results = evaluator.run(None, feeds)
     return [np.asarray(r) for r in results]

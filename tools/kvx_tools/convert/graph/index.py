@@ -8,6 +8,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from ..errors import ConvertError, cannot_map
+from .weights import GraphWeights
 
 # Ops that move or reshape data without changing values; matchers look through them when they trace
 # where a tensor comes from (cos/sin caches, repeat_kv).
@@ -18,9 +19,12 @@ MAX_SHAPE_RANK = 64
 
 
 class GraphIndex:
-    def __init__(self, graph, model=None):
-        """model: the ModelProto holding graph, where matchers may ask how data moves through it (concrete)."""
+    def __init__(self, graph, weights=None, model=None):
+        """weights: the GraphWeights holding the graph's large constants (graph/weights.py); without it every
+        constant is read from its proto. model: the ModelProto holding graph, where matchers may ask how data
+        moves through it (concrete)."""
         self.graph = graph
+        self.weights = weights if weights is not None else GraphWeights()
         self._model = model
         self._concrete = None
         self._producer = {}
@@ -119,14 +123,16 @@ class GraphIndex:
 
     def constant(self, tensor):
         """The value of an initializer or Constant node output, looking through Identity nodes, as a numpy
-        array; None otherwise. Iterative: a crafted graph can chain any number of Identity nodes."""
+        array, or a LazyTensor for a large one (read when written); None otherwise. Iterative: a crafted graph
+        can chain any number of Identity nodes."""
         chain, followed = [], set()  # the Identity outputs followed to reach the value, cached with it
         while tensor not in self._arrays:
             node = self.producer(tensor)
+            lazy = self.weights.get(tensor)
             if tensor in self._initializers:
-                value = self._to_array(self._initializers[tensor], tensor)
+                value = lazy if lazy is not None else self._to_array(self._initializers[tensor], tensor)
             elif node is not None and node.op_type == "Constant":
-                value = self._to_array(node, tensor, constant_node_value)
+                value = lazy if lazy is not None else self._to_array(node, tensor, constant_node_value)
             elif node is not None and node.op_type == "Identity" and node.input and tensor not in followed:
                 chain.append(tensor)
                 followed.add(tensor)
@@ -143,8 +149,8 @@ class GraphIndex:
         return value
 
     def constants_read(self):
-        """ONNX name -> array of every constant read so far: initializers and Constant-node outputs (the
-        names matchers reached them by through Identity nodes are left out)."""
+        """ONNX name -> array (or LazyTensor) of every constant read so far: initializers and Constant-node outputs
+        (the names matchers reached them by through Identity nodes are left out)."""
         return {name: value for name, value in self._arrays.items()
                 if name in self._initializers or self.producer_op(name, "Constant") is not None}
 

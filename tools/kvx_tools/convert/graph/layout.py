@@ -250,6 +250,8 @@ class ConcreteGraph:
                 inputs.append(np.zeros(shape, dtype=np.int64))
             else:
                 return None, 1.0
+        if op == "Slice":  # a 0-d bound or step, which ONNX Runtime takes as [value] and onnx.reference does not
+            inputs = inputs[:1] + [None if v is None else np.atleast_1d(v) for v in inputs[1:]]
         results = evaluate_node(node, inputs, self._opset)
         return dict(zip(node.output, results)), 1.0
 

@@ -1,7 +1,9 @@
 """Loads an ONNX file for conversion, turning every way the input can be bad into a ConvertError.
 
-External data is read here rather than by onnx.load (graph/external_data.py says why), and every tensor's
-storage is checked against its shape before numpy sees it (graph/tensors.py).
+External data is located and checked here rather than by onnx.load (graph/external_data.py says why), and
+every tensor's storage is checked against its shape before numpy sees it (graph/tensors.py). The large
+constants are not read: they stay in their data file, or in the parsed model, as LazyTensors
+(graph/weights.py) until the writer needs them.
 """
 
 from pathlib import Path
@@ -9,11 +11,13 @@ from pathlib import Path
 import onnx
 
 from ..errors import ConvertError, node_label
-from .external_data import locate_external_data, read_external_data
+from .external_data import locate_external_data
 from .tensors import check_inline_sizes
+from .weights import model_weights
 
 
 def load_onnx_model(path):
+    """(model, its GraphWeights) for the ONNX file path; ConvertError for anything unreadable."""
     path = Path(path)
     if not path.exists():
         raise ConvertError(f"{path}: no such file")
@@ -27,9 +31,9 @@ def load_onnx_model(path):
         raise ConvertError(f"{path}: not an ONNX model, or a truncated one ({_one_line(e)})") from None
     if not model.graph.node:
         raise ConvertError(f"{path}: not an ONNX model (no graph nodes; wrong or truncated file?)")
-    read_external_data(locate_external_data(model, path))
+    located = locate_external_data(model, path)
     check_inline_sizes(model, path)
-    return model
+    return model, model_weights(model, path, located)
 
 
 def check_onnx_model(path, model):

@@ -17,10 +17,13 @@ that they see one spelling of each thing whatever the exporter wrote:
 
 Everything is bounded: each node is visited once in a dependency order computed without recursion, and a
 node is folded only when its result stays under MAX_FOLD_ELEMENTS, so a crafted graph cannot make the
-converter allocate without limit. What cannot be folded is simply left for the matchers, which name it.
+converter allocate without limit; folds that only move or cast a large constant stay unread views of it
+(graph/lazy_folds.py). What cannot be folded is simply left for the matchers, which name it.
+
+The initializers the graph keeps are never copied: those no node reads any more are deleted in place, the
+new ones appended (a large new one as a placeholder whose value graph/weights.py holds).
 """
 
-import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -28,6 +31,7 @@ from ..domains import DEFAULT_DOMAINS
 from .folding import fold_node, infer_static_shapes
 from .index import constant_node_value
 from .order import dependency_order
+from .weights import GraphWeights
 from .rewrites import bypassed_input, drop_whole_and_empty_slices, gemm_as_matmul, merge_duplicate_nodes, \
     sequence_splits_as_split, split_fused_linears, split_key_transposes, unflatten_linears
 
@@ -36,28 +40,31 @@ from .rewrites import bypassed_input, drop_whole_and_empty_slices, gemm_as_matmu
 MAX_PASSES = 4
 
 
-def normalise(model):
-    """model rewritten in place (graph nodes and initializers); returns it. A graph whose slices were
-    rewritten (split_fused_linears, drop_whole_and_empty_slices) goes through once more: shapes read from
-    the bypassed Slices fold only then."""
+def normalise(model, weights):
+    """model rewritten in place (graph nodes and initializers); returns it. weights: the model's GraphWeights,
+    which receives the large constants the rewrites make. A graph whose slices were rewritten
+    (split_fused_linears, drop_whole_and_empty_slices) goes through once more: shapes read from the bypassed
+    Slices fold only then."""
     for _ in range(MAX_PASSES):
-        if not _normalise_once(model):
+        if not _normalise_once(model, weights):
             break
     return model
 
 
 def fold_constants(model):
     """Only the evaluation part of normalise, repeated until nothing more folds: no node is bypassed or
-    rewritten, so every tensor that is not folded keeps its name (graph/layout.py relies on it)."""
+    rewritten, so every tensor that is not folded keeps its name (graph/layout.py relies on it). For a copy of
+    the graph without its weights (they are inputs there), so no GraphWeights holds any."""
+    weights = GraphWeights()
     for _ in range(MAX_PASSES):
         before = len(model.graph.node)
-        _normalise_once(model, fold_only=True)
+        _normalise_once(model, weights, fold_only=True)
         if len(model.graph.node) == before:
             break
     return model
 
 
-def _normalise_once(model, fold_only=False):
+def _normalise_once(model, weights, fold_only=False):
     """One pass of normalise; returns whether a slice rewrite happened. fold_only: evaluate, and drop what
     no output reads, nothing else."""
     graph = model.graph
@@ -66,11 +73,12 @@ def _normalise_once(model, fold_only=False):
         return False
     opset = default_opset(model)
     inferred = infer_static_shapes(model)
-    values = {t.name: None for t in graph.initializer}  # name -> array, read lazily
+    values = {t.name: None for t in graph.initializer}  # name -> array or LazyTensor, read when first asked
     inits = {t.name: t for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
-            value = constant_node_value(node)
+            value = weights.get(node.output[0])
+            value = constant_node_value(node) if value is None else value
             if value is not None:
                 values[node.output[0]] = value
 
@@ -78,7 +86,8 @@ def _normalise_once(model, fold_only=False):
         if name not in values:
             return None
         if values[name] is None:
-            values[name] = numpy_helper.to_array(inits[name])
+            lazy = weights.get(name)
+            values[name] = numpy_helper.to_array(inits[name]) if lazy is None else lazy
         return values[name]
 
     renamed = {}  # a bypassed node's output -> the tensor it passes on
@@ -114,16 +123,16 @@ def _normalise_once(model, fold_only=False):
             continue
         kept.append(node)
 
-    _write_back(graph, kept, values, inits)
+    _write_back(graph, kept, values, inits, weights)
     if fold_only:
         return False
     merge_duplicate_nodes(graph)
-    unflatten_linears(graph)
-    changed = sequence_splits_as_split(graph)
-    changed = split_fused_linears(graph) or changed
-    changed = drop_whole_and_empty_slices(graph) or changed
+    unflatten_linears(graph, weights)
+    changed = sequence_splits_as_split(graph, weights)
+    changed = split_fused_linears(graph, weights) or changed
+    changed = drop_whole_and_empty_slices(graph, weights) or changed
     split_key_transposes(graph)
-    _write_back(graph, list(graph.node), {}, {t.name: t for t in graph.initializer})
+    _write_back(graph, list(graph.node), {}, {t.name: t for t in graph.initializer}, weights)
     return changed
 
 
@@ -134,9 +143,10 @@ def default_opset(model):
     return onnx.defs.onnx_opset_version()
 
 
-def _write_back(graph, kept, values, inits):
+def _write_back(graph, kept, values, inits, weights):
     """The graph's nodes become kept (minus what no output needs); every folded value a kept node reads
-    becomes an initializer."""
+    becomes an initializer (weights.initializer: a large one a placeholder), and the initializers nothing
+    reads go."""
     needed = {o.name for o in graph.output}
     producer = {}
     for node in kept:
@@ -152,15 +162,19 @@ def _write_back(graph, kept, values, inits):
         stack.extend(i for i in node.input if i)
     nodes = [n for n in kept if id(n) in live]
     read = {i for n in nodes for i in n.input if i} | needed
-    new_inits = []
+    kept_inits, new_inits = set(), []
     for name in read:
         if name in producer and id(producer[name]) in live:
             continue
         if name in inits:
-            new_inits.append(inits[name])
+            kept_inits.add(name)
         elif name in values and values[name] is not None:
-            new_inits.append(numpy_helper.from_array(np.asarray(values[name]), name))
+            new_inits.append(weights.initializer(name, values[name]))
     del graph.node[:]
     graph.node.extend(nodes)
-    del graph.initializer[:]
-    graph.initializer.extend(sorted(new_inits, key=lambda t: t.name))
+    for k in reversed(range(len(graph.initializer))):  # in place: moving the protos would copy their data
+        tensor = graph.initializer[k]
+        if tensor.name not in kept_inits or inits.get(tensor.name) is not tensor:
+            del graph.initializer[k]
+    graph.initializer.extend(new_inits)
+    graph.initializer.sort(key=lambda t: t.name)

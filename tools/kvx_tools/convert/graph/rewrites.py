@@ -5,6 +5,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from .index import node_attr
+from .lazy_tensor import LazyTensor
 
 
 BYPASSED = frozenset({"Identity", "Dropout"})
@@ -112,10 +113,11 @@ def _column_ranges(ix, node, width):
     return None
 
 
-def split_fused_linears(graph):
-    """MatMul(x, W) read only by Slices/Splits of its columns -> one MatMul(x, W[:, a:b]) per part."""
+def split_fused_linears(graph, weights):
+    """MatMul(x, W) read only by Slices/Splits of its columns -> one MatMul(x, W[:, a:b]) per part (a view of
+    W where it is large: weights holds it)."""
     from .index import GraphIndex
-    ix = GraphIndex(graph)
+    ix = GraphIndex(graph, weights)
     changed = False
     for matmul in [n for n in graph.node if n.op_type == "MatMul" and len(n.input) == 2]:
         weight = ix.constant(matmul.input[1])
@@ -131,7 +133,7 @@ def split_fused_linears(graph):
             for k, ((start, end), output) in enumerate(zip(ranges, reader.output)):
                 name = f"{base}/columns_{start}_{end}"
                 if name not in {t.name for t in graph.initializer}:
-                    graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weight[:, start:end]), name))
+                    graph.initializer.append(weights.initializer(name, weight[:, start:end]))
                 graph.node.append(helper.make_node("MatMul", [matmul.input[0], name], [output], name=f"{name}/MatMul"))
             reader.output[:] = [f"{o}/unused" for o in reader.output]
         changed = True
@@ -142,15 +144,16 @@ def split_fused_linears(graph):
 WHOLE_AXIS_END = 1 << 31
 
 
-def drop_whole_and_empty_slices(graph):
+def drop_whole_and_empty_slices(graph, weights):
     from .index import GraphIndex
-    ix = GraphIndex(graph)
+    ix = GraphIndex(graph, weights)
     renamed, changed = {}, False
     for node in [n for n in graph.node if n.op_type == "Slice" and len(n.input) >= 4]:
         shape = ix.static_shape(node.input[0])
         bounds = [ix.constant(n) for n in node.input[1:4]]
         steps = ix.constant(node.input[4]) if len(node.input) > 4 and node.input[4] else np.ones(1, np.int64)
-        if any(b is None or b.size != 1 for b in bounds) or steps.size != 1 or int(steps[0]) != 1:
+        if any(b is None or b.size != 1 for b in [*bounds, steps]) \
+                or int(np.asarray(steps).reshape(-1)[0]) != 1:  # a 0-d step too (fuzz_convert_onnx.py found it)
             continue
         start, end, axis = (int(np.asarray(b).reshape(-1)[0]) for b in bounds)
         if start == 0 and end >= WHOLE_AXIS_END and node.output[0] not in ix.output_names:
@@ -187,13 +190,13 @@ def drop_whole_and_empty_slices(graph):
     return changed or bool(renamed)
 
 
-def unflatten_linears(graph):
+def unflatten_linears(graph, weights):
     """x [b, s, K] -> Reshape [-1, K] -> MatMul(W [K, N]) (-> Add(bias [N])) -> Reshape [b, s, N], as torch
     writes GPT-2's Conv1D, becomes MatMul(x, W) (-> Add): MatMul multiplies over the leading dims itself.
     The first target must fold to [-1, K]; the second to as many dims as x has, ending in N."""
     from ..errors import ConvertError
     from .index import GraphIndex
-    ix = GraphIndex(graph)
+    ix = GraphIndex(graph, weights)
     for flatten in [n for n in graph.node if n.op_type == "Reshape" and len(n.input) == 2]:
         try:
             target = ix.fold_dims(flatten.input[1], flatten)
@@ -261,17 +264,25 @@ def bypassed_input(node, inferred):
     return None
 
 
+def _scaled(value, factor):
+    """value * factor in value's dtype (numpy's arithmetic); value itself for a factor of 1, which changes no
+    element, so that a large weight stays the same view of its data (graph/lazy_tensor.py)."""
+    if factor == 1.0:
+        return value
+    scaled = (value * np.asarray(factor, dtype=value.dtype)).astype(value.dtype)
+    return scaled if isinstance(scaled, LazyTensor) else np.ascontiguousarray(scaled)
+
+
 def gemm_as_matmul(node, value_of):
     """Gemm(A, B, C) with constant B (and C) as MatMul(A, B') + Add(C'): alpha, beta and transB folded
-    into the constants. None for any other node, or a Gemm with transA."""
+    into the constants (views of them where they are large). None for any other node, or a Gemm with transA."""
     if node.op_type != "Gemm" or len(node.input) < 2 or node_attr(node, "transA", 0):
         return None
     b = value_of(node.input[1])
     if b is None or b.ndim != 2:
         return None
     alpha, beta = node_attr(node, "alpha", 1.0), node_attr(node, "beta", 1.0)
-    weight = (b.T if node_attr(node, "transB", 0) else b) * np.asarray(alpha, dtype=b.dtype)
-    weight = np.ascontiguousarray(weight.astype(b.dtype))
+    weight = _scaled(b.T if node_attr(node, "transB", 0) else b, alpha)
     base = node.name or node.output[0]
     weight_name = f"{base}/gemm_weight"
     new_values = {weight_name: weight}
@@ -283,17 +294,17 @@ def gemm_as_matmul(node, value_of):
         if c is None:
             return None
         bias_name = f"{base}/gemm_bias"
-        new_values[bias_name] = np.ascontiguousarray((c * np.asarray(beta, dtype=c.dtype)).astype(c.dtype))
+        new_values[bias_name] = _scaled(c, beta)
         nodes.append(helper.make_node("Add", [matmul_out, bias_name], [node.output[0]], name=f"{base}/bias"))
     return nodes, new_values
 
 
-def sequence_splits_as_split(graph):
+def sequence_splits_as_split(graph, weights):
     """SplitToSequence(x, split) read only by SequenceAt(seq, constant i), as dynamo writes torch.split without
     its optimizer, becomes Split(x) whose outputs are the SequenceAts' (so a fused projection's parts are
     plain Split outputs). Needs x's width along the axis where split is one chunk size."""
     from .index import GraphIndex
-    ix = GraphIndex(graph)
+    ix = GraphIndex(graph, weights)
     renamed = {}
     for node in [n for n in graph.node if n.op_type == "SplitToSequence" and len(n.input) == 2]:
         readers = ix.consumers(node.output[0])

@@ -29,6 +29,18 @@ def all_tensors(model):
                 yield attr.t.name or f"value of Constant node {node_label(node)}", attr.t
 
 
+def constant_values(model):
+    """(tensor name, TensorProto) of every constant a graph index reads by name: the initializers and the
+    value of each Constant node (named by its output)."""
+    for tensor in model.graph.initializer:
+        yield tensor.name, tensor
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                    yield node.output[0], attr.t
+
+
 def element_count(tensor, name, where):
     """The product of tensor's dims as an exact Python int."""
     if any(d < 0 for d in tensor.dims):

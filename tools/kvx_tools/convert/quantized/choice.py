@@ -7,7 +7,7 @@ llama.cpp gives output.weight Q6_K there (Q8_0 under Q8_0), and kvx's nearest hi
 they are added to the activations, not multiplied with them.
 """
 
-from .rtn import quantize_rtn
+from .rtn import RtnQuantized
 
 QUANTIZE_BITS = {"int8": 8, "int4": 4}
 CLASSIFIER_BITS = 8
@@ -28,13 +28,13 @@ def bits_for(name, kind, tied, quantize_embeddings):
 
 
 def quantize_floats(floats, kind, block, symmetric, tied, quantize_embeddings):
-    """Moves the chosen matrices of floats (kvx name -> array, the graph's precision) out; returns them
-    quantized, {kvx name: QuantizedMatrix}."""
+    """Moves the chosen matrices of floats (kvx name -> array or LazyTensor, the graph's precision) out; returns
+    them to be quantized as they are written, {kvx name: RtnQuantized}."""
     quantized = {}
     for name in list(floats):
         tensor = floats[name]
         bits = bits_for(name, kind, tied, quantize_embeddings) if tensor.ndim == 2 else None
         if bits is not None:
-            quantized[name] = quantize_rtn(tensor, bits, block, symmetric)
+            quantized[name] = RtnQuantized(tensor, bits, block, symmetric)
             del floats[name]
     return quantized

@@ -29,6 +29,34 @@ def check_block_size(block, where):
                            "matrices)")
 
 
+@dataclass(frozen=True)
+class QuantizedLayout:
+    """What a quantized matrix stores, known before its integers are read: the names, dtypes and shapes of
+    QuantizedMatrix.to_tensors, so that the writer can lay the file out first and fill it block by block."""
+    bits: int
+    block: int
+    cols: int
+    rows: int
+    scales_dtype: np.dtype
+    zero_points: bool  # whether X.zero_points is stored
+    mins: bool  # whether X.mins is stored
+
+    def entries(self, name):
+        """{safetensors name: (dtype, shape)} of to_tensors(name) for the whole matrix."""
+        length = padded_length(self.cols, self.block)
+        blocks = length // self.block
+        out = {f"{name}.scales": (np.dtype(self.scales_dtype), (self.rows, blocks))}
+        if self.bits == 8:
+            out[f"{name}.q8"] = (np.dtype(np.int8), (self.rows, length))
+        else:
+            out[f"{name}.q4"] = (np.dtype(np.uint8), (self.rows, length // 2))
+        if self.zero_points:
+            out[f"{name}.zero_points"] = (np.dtype(np.uint8 if self.bits == 4 else np.int8), (self.rows, blocks))
+        if self.mins:
+            out[f"{name}.mins"] = (np.dtype(self.scales_dtype), (self.rows, blocks))
+        return out
+
+
 @dataclass
 class QuantizedMatrix:
     """rows x cols weights w[r][j] = scales[r][j // block] * (q[r][j] - z[r][j // block]) (or + mins).
@@ -50,17 +78,29 @@ class QuantizedMatrix:
     def implied_zero(self):
         return IMPLIED_ZERO[self.bits]
 
+    @property
+    def layout(self):
+        return QuantizedLayout(self.bits, self.block, self.cols, self.rows, self.scales.dtype,
+                               self.zero_points is not None, self.mins is not None)
+
     def dequantized(self):
         """The weights as the graph computes them, [rows, cols], in the scales' dtype (fp32 arithmetic)."""
-        scales = np.repeat(self.scales.astype(np.float32), self.block, axis=1)
-        q = self.q.astype(np.float32)
+        rows, blocks = self.scales.shape
+        q = self.q.astype(np.float32).reshape(rows, blocks, self.block)  # each block against its scale
+        scales = self.scales.astype(np.float32)[:, :, None]
         if self.mins is not None:
-            w = q * scales + np.repeat(self.mins.astype(np.float32), self.block, axis=1)
+            w = q * scales + self.mins.astype(np.float32)[:, :, None]
         else:
-            zero = self.implied_zero() if self.zero_points is None else \
-                np.repeat(self.zero_points.astype(np.float32), self.block, axis=1)
+            zero = self.implied_zero() if self.zero_points is None else self.zero_points.astype(np.float32)[:, :, None]
             w = (q - zero) * scales
-        return np.ascontiguousarray(w[:, :self.cols].astype(self.scales.dtype))
+        return np.ascontiguousarray(w.reshape(rows, -1)[:, :self.cols].astype(self.scales.dtype))
+
+    def surely_finite(self):
+        """Whether no dequantized weight can be NaN or infinite, known from the scales (and mins) alone: they are
+        finite and small enough that s * (q - z) + m stays inside the scales' dtype whatever the integers."""
+        limit = float(np.finfo(self.scales.dtype).max) / (2 << self.bits)  # |q - z| < 2^bits
+        return all(np.isfinite(part).all() and float(np.abs(part).max(initial=0)) <= limit
+                   for part in (self.scales, self.mins) if part is not None)
 
     def take_rows(self, index):
         """The matrix of rows index (a permutation or a part: a fused projection split by the mapper)."""

@@ -19,22 +19,24 @@ Semantics read here (ONNX Runtime's contrib operator docs; ONNX's DequantizeLine
 """
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from ..errors import ConvertError, node_label
 from ..graph.index import GraphIndex, node_attr
 from ..domains import MS_DOMAIN
-from .matrix import check_block_size, from_unsigned_blocks
+from .lazy_matrix import LazyQuantizedMatrix
+from .matrix import QuantizedLayout, check_block_size, from_unsigned_blocks
 from .sources import QuantizedSources
 
 QUANTIZED_FUSED_OPS = frozenset({"MatMulNBits", "GatherBlockQuantized"})
 BITS = (4, 8)
 
 
-def rewrite_quantized_ops(model):
-    """Rewrites model's quantized nodes in place (see above); returns the QuantizedSources found."""
+def rewrite_quantized_ops(model, weights):
+    """Rewrites model's quantized nodes in place (see above); returns the QuantizedSources found. weights: the
+    model's GraphWeights, which receives the dequantized matrices (LazyTensors: nothing is read here)."""
     graph = model.graph
-    ix = GraphIndex(graph)
+    ix = GraphIndex(graph, weights)
     sources = QuantizedSources()
     kept, added_inits, replaced_inputs = [], [], set()
     for node in graph.node:
@@ -48,7 +50,7 @@ def rewrite_quantized_ops(model):
             kept.append(node)
             continue
         kept.extend(nodes)
-        added_inits.append(init)
+        added_inits.append(weights.initializer(*init))
         replaced_inputs.update(node.input)
     if not sources.matrices:
         return sources
@@ -60,8 +62,8 @@ def rewrite_quantized_ops(model):
 
 
 def _drop_unread_initializers(graph, candidates):
-    """The replaced nodes' integers, scales and zero points that no node reads any more (the QuantizedSources
-    hold them): kept, they would stay in memory beside the dequantized weights."""
+    """The replaced nodes' integers, scales and zero points that no node reads any more: the QuantizedSources
+    read them from here on, and no rewrite or shape inference needs to see them."""
     read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     for tensor in [t for t in graph.initializer if t.name in candidates and t.name not in read]:
         graph.initializer.remove(tensor)
@@ -113,7 +115,8 @@ def _unpack(packed, bits, count):
     packed = packed.astype(np.uint8)
     if bits == 8:
         return packed[..., :count].astype(np.int16)
-    values = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    values = np.empty((*packed.shape[:-1], 2 * packed.shape[-1]), np.uint8)
+    values[..., 0::2], values[..., 1::2] = packed & 0x0F, packed >> 4
     return values[..., :count].astype(np.int16)
 
 
@@ -127,7 +130,8 @@ def _expect_shape(node, what, array, *shapes):
 
 
 def _zero_points(node, zp, bits, rows, blocks, scales):
-    """(integer zero points [rows, blocks] or None, float zero points [rows, blocks] or None)."""
+    """(packed integer zero points [rows, ceil(blocks * bits / 8)] or None, float zero points [rows, blocks] or
+    None), checked; _unpack gives the integers of rows of the first."""
     if zp is None:
         return None, None
     if zp.dtype in (np.float32, np.float16):
@@ -137,8 +141,16 @@ def _zero_points(node, zp, bits, rows, blocks, scales):
     if zp.dtype != np.uint8:
         raise _fail(node, f"its zero points are {zp.dtype}; expected uint8 or the scales' float type")
     per_byte = 8 // bits
-    zp = _expect_shape(node, "zero_points", zp, (rows, -(-blocks // per_byte)))
-    return _unpack(zp, bits, blocks), None
+    return _expect_shape(node, "zero_points", zp, (rows, -(-blocks // per_byte))), None
+
+
+def _rows(array, start, stop):
+    """Rows start:stop of an optional constant, read."""
+    return None if array is None else np.asarray(array[start:stop])
+
+
+def _layout(bits, block, cols, rows, scales, zero_points, mins):
+    return QuantizedLayout(bits, block, cols, rows, scales.dtype, zero_points, mins)
 
 
 def _scales(node, scales, rows, blocks):
@@ -164,11 +176,16 @@ def _matmul_nbits(ix, node, sources):
     bias = _optional(ix, node, 5, "bias")
     if bias is not None and tuple(bias.shape) != (n,):
         raise _fail(node, f"bias has shape {list(bias.shape)}, expected [{n}]")
-    q = _unpack(packed, bits, block)  # [n, blocks, block]
-    matrix = from_unsigned_blocks(bits, block, k, q, scales, zp, float_zp)
-    weight = sources.add(matrix, node)  # [N, K] as the graph computes it
+
+    def read_rows(start, stop):
+        q = _unpack(_rows(packed, start, stop), bits, block)  # [rows, blocks, block]
+        zero_points = None if zp is None else _unpack(_rows(zp, start, stop), bits, blocks)
+        return from_unsigned_blocks(bits, block, k, q, _rows(scales, start, stop), zero_points,
+                                    _rows(float_zp, start, stop))
+    layout = _layout(bits, block, k, n, scales, zp is not None, float_zp is not None)
+    weight = sources.add(LazyQuantizedMatrix(layout, read_rows))  # [N, K] as the graph computes it
     name = f"{node.output[0]}.kvx_dequantized"
-    init = numpy_helper.from_array(np.ascontiguousarray(weight.T), name)
+    init = name, weight.T
     if bias is None:
         return [helper.make_node("MatMul", [node.input[0], name], [node.output[0]], name=node.name)], init
     product = f"{node.output[0]}.kvx_product"
@@ -193,29 +210,39 @@ def _gather_block_quantized(ix, node, sources):
     data_type = ix.initializer_type(node.input[0])
     typed = data.dtype != np.uint8 or data_type in (TensorProto.INT4, TensorProto.UINT4)
     rows = data.shape[0]
-    if typed:  # int4 / uint4 elements: one per entry, zero point 0 (signed) unless given
-        cols = data.shape[1]
-        q, signed = _as_unsigned(data, bits, data_type)
-    else:  # uint8 bytes, 8 / bits elements each, zero point 2^(bits-1) unless given
-        cols = data.shape[1] * 8 // bits
-        q, signed = _unpack(data, bits, cols), False
+    # typed: int4 / uint4 elements, one per entry, zero point 0 (signed) unless given; else uint8 bytes,
+    # 8 / bits elements each, zero point 2^(bits-1) unless given
+    cols = data.shape[1] if typed else data.shape[1] * 8 // bits
+    signed = typed and data_type in (TensorProto.INT4, TensorProto.INT8)
     blocks = -(-cols // block)
     scales = _scales(node, _constant(ix, node, 2, "scales"), rows, blocks)
     zp_raw = _optional(ix, node, 3, "zero_points")
-    if typed and zp_raw is not None and zp_raw.dtype != np.uint8 and zp_raw.dtype not in (np.float16, np.float32):
-        zp, float_zp = _as_unsigned(_expect_shape(node, "zero_points", zp_raw, (rows, blocks)), bits,
-                                    ix.initializer_type(node.input[3]))[0], None
+    typed_zp = typed and zp_raw is not None and zp_raw.dtype != np.uint8 and zp_raw.dtype not in (np.float16, np.float32)
+    if typed_zp:  # integers of the data's type, one per block
+        zp, float_zp = _expect_shape(node, "zero_points", zp_raw, (rows, blocks)), None
+        zp_type = ix.initializer_type(node.input[3])
     else:
         zp, float_zp = _zero_points(node, zp_raw, bits, rows, blocks, scales)
-    if typed and zp is None and float_zp is None and not signed:
-        zp = np.zeros((rows, blocks), np.int16)  # uint4 without zero points: z = 0, not the implied 2^(bits-1)
-    padded = np.zeros((rows, blocks * block), np.int16)
-    padded[:, :cols] = q
-    matrix = from_unsigned_blocks(bits, block, cols, padded.reshape(rows, blocks, block), scales, zp, float_zp)
-    table = sources.add(matrix, node)
+    zero_zp = typed and zp is None and float_zp is None and not signed  # uint4 without zero points: z = 0
+
+    def read_rows(start, stop):
+        part = _rows(data, start, stop)
+        q = _as_unsigned(part, bits, data_type)[0] if typed else _unpack(part, bits, cols)
+        if typed_zp:
+            zero_points = _as_unsigned(_rows(zp, start, stop), bits, zp_type)[0]
+        elif zero_zp:
+            zero_points = np.zeros((stop - start, blocks), np.int16)  # not the implied 2^(bits-1)
+        else:
+            zero_points = None if zp is None else _unpack(_rows(zp, start, stop), bits, blocks)
+        padded = np.zeros((stop - start, blocks * block), np.int16)
+        padded[:, :cols] = q
+        return from_unsigned_blocks(bits, block, cols, padded.reshape(stop - start, blocks, block),
+                                    _rows(scales, start, stop), zero_points, _rows(float_zp, start, stop))
+    layout = _layout(bits, block, cols, rows, scales, zp is not None or zero_zp, float_zp is not None)
+    table = sources.add(LazyQuantizedMatrix(layout, read_rows))
     name = f"{node.output[0]}.kvx_dequantized"
     gather = helper.make_node("Gather", [name, node.input[1]], [node.output[0]], name=node.name, axis=0)
-    return [gather], numpy_helper.from_array(table, name)
+    return [gather], (name, table)
 
 
 def _dequantize_linear(ix, node, sources):
@@ -235,15 +262,22 @@ def _dequantize_linear(ix, node, sources):
     k, n = x.shape
     blocks = -(-k // block)
     scale = _constant(ix, node, 1, "scale")
-    scales = _scales(node, np.ascontiguousarray(_expect_shape(node, "scale", scale, (blocks, n)).T), n, blocks)
-    q, signed = _as_unsigned(x, bits, x_type)
+    scales = _scales(node, _expect_shape(node, "scale", scale, (blocks, n)).T, n, blocks)
+    signed = x_type in (TensorProto.INT4, TensorProto.INT8)
     zp_raw = _optional(ix, node, 2, "zero point")
-    if zp_raw is not None:
-        zp = np.ascontiguousarray(_as_unsigned(_expect_shape(node, "zero point", zp_raw, (blocks, n)), bits,
-                                               ix.initializer_type(node.input[2]))[0].T)
-    else:  # DequantizeLinear's default is 0 in the input's own type: 2^(bits-1) once shifted, if signed
-        zp = None if signed else np.zeros((n, blocks), np.int16)
-    padded = np.zeros((n, blocks * block), np.int16)
-    padded[:, :k] = q.T
-    weight = sources.add(from_unsigned_blocks(bits, block, k, padded.reshape(n, blocks, block), scales, zp), node)
-    return [], numpy_helper.from_array(np.ascontiguousarray(weight.T), node.output[0])
+    zp = None if zp_raw is None else _expect_shape(node, "zero point", zp_raw, (blocks, n))
+    zp_type = ix.initializer_type(node.input[2]) if zp_raw is not None else None
+
+    def read_rows(start, stop):  # kvx's rows are the graph's columns: x is read whole
+        q = _as_unsigned(np.asarray(x[:, start:stop]), bits, x_type)[0]
+        if zp is not None:
+            zero_points = np.ascontiguousarray(_as_unsigned(np.asarray(zp[:, start:stop]), bits, zp_type)[0].T)
+        else:  # DequantizeLinear's default is 0 in the input's own type: 2^(bits-1) once shifted, if signed
+            zero_points = None if signed else np.zeros((stop - start, blocks), np.int16)
+        padded = np.zeros((stop - start, blocks * block), np.int16)
+        padded[:, :k] = q.T
+        return from_unsigned_blocks(bits, block, k, padded.reshape(stop - start, blocks, block),
+                                    np.ascontiguousarray(_rows(scales, start, stop)), zero_points)
+    layout = _layout(bits, block, k, n, scales, zp is not None or not signed, False)
+    weight = sources.add(LazyQuantizedMatrix(layout, read_rows, rows_apart=False))
+    return [], (node.output[0], weight.T)

@@ -14,7 +14,11 @@ round is C's roundf (halves away from zero); 1 / s is taken from s as stored (fp
 
 import numpy as np
 
-from .matrix import from_unsigned_blocks
+from ..graph.lazy_tensor import row_blocks
+from .matrix import QuantizedLayout, from_unsigned_blocks
+
+# Rows quantized at a time, by their size in fp32: quantize_rtn holds a few fp32 copies of what it quantizes.
+RTN_BLOCK_BYTES = 1 << 24
 
 
 def round_half_away(x):
@@ -48,3 +52,18 @@ def quantize_rtn(weight, bits, block, symmetric=False):
     q = np.clip(round_half_away((x * reciprocal[:, :, None]).astype(np.float32) + zero[:, :, None]), 0, top)
     zero_points = None if symmetric else zero.astype(np.int16)
     return from_unsigned_blocks(bits, block, cols, q.astype(np.int16), scales, zero_points)
+
+
+class RtnQuantized:
+    """quantize_rtn of a float matrix (an array or a LazyTensor [rows, cols]), done a block of rows at a time as
+    the writer stores it: its rows are quantized independently, so blocks give the whole matrix's result."""
+
+    def __init__(self, values, bits, block, symmetric):
+        self.values, self.bits, self.block, self.symmetric = values, bits, block, symmetric
+        rows, cols = values.shape
+        self.layout = QuantizedLayout(bits, block, cols, rows, values.dtype, not symmetric, False)
+
+    def blocks(self, max_bytes=RTN_BLOCK_BYTES):
+        """(first row, the rows' float values, their QuantizedMatrix), block by block."""
+        for start, rows in row_blocks(self.values, max_bytes):
+            yield start, rows, quantize_rtn(rows, self.bits, self.block, self.symmetric)

@@ -1,18 +1,15 @@
 """Writes the kvx model directory of docs/model-format.md, through a staging folder (write/staged_dir.py) so that a
-failed conversion never leaves a config.json naming missing or truncated files."""
+failed conversion never leaves a config.json naming missing or truncated files. The weights are written one
+block of rows at a time (write/stored_weights.py)."""
 
-import errno
 import json
-import os
-import re
 import shutil
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import save_file
 
 from ..errors import ConvertError
 from .staged_dir import write_staged
+from .stored_weights import write_weights
 from ..tokenizer.bundle import BUNDLED_FILES
 
 FORMAT_VERSION = 1
@@ -88,29 +85,15 @@ def _check_ranges(config):
                            "below 1")
 
 
-def write_model_dir(out_dir, config, tensors, files):
-    """tensors: kvx name -> array in kvx layout and stored dtype. files: name in the directory -> file copied verbatim
+def write_model_dir(out_dir, config, weights, files, check=None):
+    """weights: the StoredFloat / StoredQuantized of write/stored_weights.py, checked by check (a
+    weight_check.FiniteCheck, or None) as they are written. files: name in the directory -> file copied verbatim
     (tokenizer, chat template). Raises OSError for anything the filesystem refuses (a full disk, say)."""
     def write_files(folder):
-        _save_weights(tensors, folder / WEIGHTS_FILE)
+        write_weights(folder / WEIGHTS_FILE, weights, check)
         for name in BUNDLED_FILES:
             if name in files:
                 shutil.copyfile(files[name], folder / name)
-        config_path = folder / CONFIG_FILE
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
-        # safetensors creates its file 0600; give it the permissions a plain write got under this umask.
-        os.chmod(folder / WEIGHTS_FILE, config_path.stat().st_mode & 0o777)
+        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
 
     write_staged(out_dir, write_files, owned=(WEIGHTS_FILE, CONFIG_FILE, *BUNDLED_FILES), marker=CONFIG_FILE)
-
-
-def _save_weights(tensors, path):
-    """safetensors' save_file, its I/O failures raised as the OSError they are (it reports them as
-    SafetensorError, with the OS error number in the text)."""
-    try:
-        save_file(tensors, str(path))
-    except SafetensorError as e:
-        code = re.search(r"os error (\d+)", str(e))
-        if code is None:
-            raise OSError(errno.EIO, str(e)) from None
-        raise OSError(int(code.group(1)), os.strerror(int(code.group(1)))) from None

@@ -2,21 +2,23 @@
 value converts silently and surfaces only at run time, as garbage text from a model that loaded fine.
 
 Only the tensors kvx stores are checked, not every float in the graph: exporters legitimately put -inf into
-attention-mask constants, which the engine never reads.
+attention-mask constants, which the engine never reads. The writer checks each block of rows of a weight
+before it stores it (write/stored_weights.py), so no weight is read twice for it.
 """
 
 import numpy as np
 
 from ..errors import ConvertError
+from ..graph.lazy_tensor import row_blocks
 
-CHUNK = 1 << 24  # elements counted at a time: the boolean mask of a whole embedding could take gigabytes
+def _block_count(block):
+    """NaNs and infinities in block: rows of a weight (row_blocks bounds them, and so the boolean mask)."""
+    return int(block.size - np.count_nonzero(np.isfinite(block)))
 
 
 def nonfinite_count(array):
-    """How many of array's values are NaN or infinite."""
-    flat = array.reshape(-1)
-    return sum(int(np.count_nonzero(~np.isfinite(flat[start:start + CHUNK])))
-               for start in range(0, flat.size, CHUNK))
+    """How many of array's values (an array or a LazyTensor, a block of rows at a time) are NaN or infinite."""
+    return sum(_block_count(block) for _, block in row_blocks(array))
 
 
 def _onnx_source(array, count, constants):
@@ -33,12 +35,19 @@ def _onnx_source(array, count, constants):
     return next(iter(suspects)) if len(suspects) == 1 else None
 
 
-def check_finite_weights(tensors, constants):
-    """tensors: kvx name -> array to store; constants: ONNX name -> array of every constant the mapper read."""
-    for name, array in tensors.items():
-        count = nonfinite_count(array)
-        if count:
-            source = _onnx_source(array, count, constants)
+class FiniteCheck:
+    """The check, block by block. constants: a function giving ONNX name -> array (or LazyTensor) of every
+    constant the mapper read, called only to name the source of a weight that fails."""
+
+    def __init__(self, constants):
+        self.constants = constants
+
+    def check_block(self, name, tensor, block):
+        """Raises when block (rows of the weight tensor, stored as name) holds a NaN or an infinity; the
+        message counts those of the whole tensor."""
+        if _block_count(block):
+            count = nonfinite_count(tensor)
+            source = _onnx_source(tensor, count, self.constants())
             origin = f" (ONNX initializer '{source}')" if source else ""
             raise ConvertError(f"weight {name}{origin} holds {count} non-finite value{'s' * (count != 1)} "
                                "(NaN or infinity); convert with --no-check-weights to keep them")

@@ -136,13 +136,13 @@ def _projection_weights(ix, normed, gqa, n_heads, n_kv_heads):
             raise cannot_map(gqa, f"a packed projection of (num_heads {n_heads} + 2 x kv_num_heads {n_kv_heads}) "
                                   f"x head_dim columns, found {width}")
         head_dim = width // (n_heads + 2 * n_kv_heads)
-        bounds = [n_heads * head_dim, (n_heads + n_kv_heads) * head_dim]
+        edges = [0, n_heads * head_dim, (n_heads + n_kv_heads) * head_dim, width]
         biases = {}
         if end.bias is not None:
             if end.bias.shape != (width,):
                 raise cannot_map(gqa, f"a packed bias of {width}, found {list(end.bias.shape)}")
-            biases = dict(zip(("wq", "wk", "wv"), np.split(end.bias, bounds)))
-        wq, wk, wv = np.split(packed, bounds, axis=1)
+            biases = dict(zip(("wq", "wk", "wv"), (end.bias[a:b] for a, b in zip(edges[:-1], edges[1:]))))
+        wq, wk, wv = (packed[:, a:b] for a, b in zip(edges[:-1], edges[1:]))  # views, of a LazyTensor too
         return wq, wk, wv, head_dim, biases, None, None
     if query in ends and key in ends and value in ends:
         (mq, eq), (mk, ek), (mv, ev) = (ends[t] for t in (query, key, value))
@@ -175,7 +175,7 @@ def match_gqa_attention(ix, normed, gqa):
     window = node_attr(gqa, "local_window_size", -1)
     if window == 0 or window < -1:
         raise cannot_map(gqa, f"local_window_size -1 (none) or a positive window, found {window}")
-    attention = Attention(wq=np.ascontiguousarray(wq), wk=np.ascontiguousarray(wk), wv=np.ascontiguousarray(wv),
+    attention = Attention(wq=wq, wk=wk, wv=wv,
                           wo=linear_weight(ix, o_proj), n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                           inv_freq=inv_freq, output=o_proj.output[0], biases=biases, q_norm=q_norm, k_norm=k_norm,
                           scale=scale, softcap=softcap)

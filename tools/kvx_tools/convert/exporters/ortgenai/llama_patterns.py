@@ -315,5 +315,5 @@ def _interleaved_to_rotate_half(w, n_heads):
     to j + head_dim/2, as the llama2.c exporter does to its checkpoints' rows."""
     rows, cols = w.shape
     head_dim = cols // n_heads
-    return np.ascontiguousarray(w.reshape(rows, n_heads, head_dim // 2, 2).transpose(0, 1, 3, 2).reshape(rows, cols))
+    return w.reshape(rows, n_heads, head_dim // 2, 2).transpose(0, 1, 3, 2).reshape(rows, cols)
 
