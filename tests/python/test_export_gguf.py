@@ -17,6 +17,7 @@ import onnx
 from gguf import GGMLQuantizationType
 from tokenizers import Tokenizer
 
+from kvx_tools.bench.write_random_gguf import byte_level_alphabet
 from kvx_tools.export.export_random_llama import random_llama_weights
 from kvx_tools.export.llama_graph import build_llama_graph
 from kvx_tools.export.onnx_save import save_onnx
@@ -29,19 +30,6 @@ MERGES = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "
 TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
 CONFIG = dict(dim=64, hidden_dim=96, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, max_seq_len=96,
               norm_eps=1e-6, rope_theta=100000.0)
-
-
-def byte_level_alphabet():
-    """GPT-2's 256 printable stand-ins for bytes: printable Latin-1 bytes stand for themselves, the
-    others (control characters, space, ...) for chr(256 + n) in byte order."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[b] = chr(b)
-        else:
-            chars[b], extra = chr(256 + extra), extra + 1
-    return [chars[b] for b in range(256)]
 
 
 def tokens_and_types():

@@ -27,7 +27,8 @@ LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_
 
 
 def byte_level_alphabet():
-    """GPT-2's 256 printable stand-ins for bytes (tests/python/test_export_gguf.py has the same)."""
+    """GPT-2's 256 printable stand-ins for bytes: printable Latin-1 bytes stand for themselves, the
+    others (control characters, space, ...) for chr(256 + n) in byte order."""
     keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars, extra = {}, 0
     for b in range(256):
