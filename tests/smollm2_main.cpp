@@ -5,14 +5,14 @@
 //   <cache>/smollm2-135m-instruct/fixture/model/     = $KVX_SMOLLM2_DIR
 // When the fixture step left UNAVAILABLE instead of a fixture, every test exits with kSkipExitCode, which
 // ctest reports as skipped (SKIP_RETURN_CODE), printing the reason.
-#define CATCH_CONFIG_RUNNER
 #include <omp.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include "tests/catch_session.h"
 
 namespace {
 
@@ -36,5 +36,5 @@ int main(int argc, char* argv[]) {
     // barriers stall badly on oversubscribed cores (measured: 12 s with one thread, 150 s with two, on a
     // loaded machine). Thread counts are checked bit for bit in cpu_kernels_test, not here.
     if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
-    return Catch::Session().run(argc, argv);
+    return kvx::testing::run_catch_session(argc, argv);
 }

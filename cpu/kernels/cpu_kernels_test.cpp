@@ -4,7 +4,6 @@
 // tiles, every block size from 1 to 256, GQA, shuffled block tables, batches mixing a prefill chunk with
 // decode rows of other sequences. Outputs are poisoned with NaN before each call, so a kernel that leaves
 // part of its output unwritten fails.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <omp.h>
 

@@ -2,13 +2,12 @@
 // ctest reports as skipped (SKIP_RETURN_CODE) after printing why: CI has no GPU, and the CUDA code must still
 // build and its tests still be listed there. Listing the tests (catch_discover_tests at build time) never
 // touches the device.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <iostream>
 #include <string>
 
 #include "cuda/kernels/device_probe.h"
+#include "tests/catch_session.h"
 
 namespace {
 
@@ -31,5 +30,5 @@ int main(int argc, char* argv[]) {
         }
         std::cout << "CUDA device: " << kvx::cuda::device_description() << "\n";
     }
-    return Catch::Session().run(argc, argv);
+    return kvx::testing::run_catch_session(argc, argv);
 }
