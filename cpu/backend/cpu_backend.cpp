@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/runtime/forward_recipe.h"
 #include "kernels/error.h"
 
 namespace kvx::cpu {
@@ -114,140 +115,113 @@ void CpuBackend::ensure_scratch(int32_t n_rows) {
     scratch_rows_ = n_rows;
 }
 
-// The input of a block: norm(x) into xn_ where the layers have pre-norms, else x itself (post placement).
-const float* CpuBackend::block_input(const Norm& pre_norm, int32_t n) {
-    if (!model_.config.pre_norms()) return x_.data();
-    norm(xn_.data(), x_.data(), pre_norm, n);
-    return xn_.data();
-}
+// The recipe's ops (engine/runtime/forward_recipe.h) on the host: calls into the backend's KernelTable, on its
+// weight copies and KV pools, for one batch.
+class CpuBackend::Ops {
+public:
+    using Linear = kvx::Linear;
+    struct LinearOutput {
+        float* out;           // [n_rows][layer.weight.rows]
+        const Linear& layer;
+    };
 
-// A block's output on its way to the residual stream: its post-norm (sandwich and post placements), then the
-// residual scale.
-void CpuBackend::block_output(float* out, const Norm& post_norm, int32_t n) {
-    const ModelConfig& c = model_.config;
-    if (c.post_norms()) norm(out, out, post_norm, n);
-    if (c.residual_scale != 1.0f) kernels_.scale(out, int64_t{n} * c.dim, c.residual_scale);
-}
+    Ops(CpuBackend& backend, const ForwardBatch& batch)
+        : b_(backend), k_(backend.kernels_), c_(backend.model_.config), batch_(batch) {}
 
-// out [n_rows][dim] = the attention block's output for the residual stream: attention of the block's input
-// (q, k and v clamped where the model clips them, q/k normed per head or per projection where it says, RoPE
-// with the layer's base), through wo, and block_output's post-norm and scale.
-void CpuBackend::attention_block(int layer, const ForwardBatch& batch, float* out) {
-    const ModelConfig& c = model_.config;
-    const DecoderPlan& plan = *plan_;
-    const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
-    const int32_t n = batch.n_rows();
-    const float* in = block_input(w.attn_norm, n);
-    linears({{q_.data(), w.wq}, {k_.data(), w.wk}, {v_.data(), w.wv}}, in, n);
-    if (c.clip_qkv > 0) {
-        kernels_.clamp(q_.data(), int64_t{n} * c.q_dim(), c.clip_qkv);
-        kernels_.clamp(k_.data(), int64_t{n} * c.kv_dim(), c.clip_qkv);
-        kernels_.clamp(v_.data(), int64_t{n} * c.kv_dim(), c.clip_qkv);
+    const LayerWeights& layer(int l) const { return b_.model_.layers[static_cast<size_t>(l)]; }
+    const Norm& final_norm() const { return b_.model_.final_norm; }
+    Linear classifier() const { return {b_.model_.classifier, b_.model_.classifier_bias}; }
+
+    // Each output of the group as one matmul would compute it, in one kernel call for the group, so that a
+    // decode step wakes the threads once for, say, q, k and v instead of once per projection.
+    void linears(std::initializer_list<LinearOutput> group, const float* x, int n) {
+        std::array<MatmulPart, kMaxLinearGroup> parts;
+        if (group.size() > parts.size()) throw Error("internal: a linear group larger than kMaxLinearGroup");
+        int k = 0;
+        size_t count = 0;
+        for (const LinearOutput& o : group) {
+            const WeightMatrix& w = o.layer.weight;
+            if (count > 0 && w.cols != k) throw Error("internal: a linear group's weights differ in input width");
+            k = static_cast<int>(w.cols);
+            MatmulPart& part = parts[count++];
+            part.out = o.out;
+            part.m = static_cast<int>(w.rows);
+            part.w_f32 = w.dtype == WeightDtype::f32 ? static_cast<const float*>(b_.weights_.data(w)) : nullptr;
+            part.w_f16_groups = w.dtype == WeightDtype::f16 ? b_.weights_.f16_groups(w) : nullptr;
+            part.w_f16 = w.dtype == WeightDtype::f16 && !part.w_f16_groups
+                             ? static_cast<const uint16_t*>(b_.weights_.data(w))
+                             : nullptr;
+            part.w_q = w.quantized() ? &b_.weights_.quant(w) : nullptr;
+        }
+        k_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
+        for (const LinearOutput& o : group)
+            if (o.layer.bias) k_.add_bias(o.out, o.layer.bias, n, static_cast<int>(o.layer.weight.rows));
     }
-    if (c.qk_norm != QkNorm::none) {  // rows of q_norm_width(): a head each, or a whole projection each
-        const int q_rows = n * (c.q_dim() / c.q_norm_width()), k_rows = n * (c.kv_dim() / c.k_norm_width());
-        kernels_.rmsnorm(q_.data(), q_.data(), w.q_norm.weight, q_rows, c.q_norm_width(), c.norm_eps);
-        kernels_.rmsnorm(k_.data(), k_.data(), w.k_norm.weight, k_rows, c.k_norm_width(), c.norm_eps);
+
+    void norm(float* out, const float* x, const Norm& w, int n) {
+        if (c_.traits.norm == NormKind::rms)
+            k_.rmsnorm(out, x, w.weight, n, c_.dim, c_.norm_eps);
+        else
+            k_.layernorm(out, x, w.weight, w.bias, n, c_.dim, c_.norm_eps);
     }
-    if (c.traits.rotary()) {
-        const bool local = std::binary_search(c.rope_local_layers.begin(), c.rope_local_layers.end(), layer);
-        const float* cos = local ? rope_cos_local_.data() : rope_cos_.data();
-        const float* sin = local ? rope_sin_local_.data() : rope_sin_.data();
-        kernels_.rope(q_.data(), cos, sin, n, c.n_heads, c.head_dim, c.rotated_dims());
-        kernels_.rope(k_.data(), cos, sin, n, c.n_kv_heads, c.head_dim, c.rotated_dims());
+    void add_norm(float* out, float* x, const float* y, const Norm& w, int n) {
+        k_.add(x, y, int64_t{n} * c_.dim);
+        norm(out, x, w, n);
     }
 
-    const KvLayout& kv = plan.kv();
-    const GroupRows& rows = batch.groups[kv.layer_group[static_cast<size_t>(layer)]];
-    std::byte* k_cache = k_cache_[static_cast<size_t>(layer)].data();
-    std::byte* v_cache = v_cache_[static_cast<size_t>(layer)].data();
-    if (kv.dtype == KvDtype::f16)
-        kernels_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), k_.data(),
-                               v_.data(), rows.slots.data(), n, c.n_kv_heads, c.head_dim, kv.block_size);
-    else
-        kernels_.kv_append(reinterpret_cast<float*>(k_cache), reinterpret_cast<float*>(v_cache), k_.data(), v_.data(),
-                           rows.slots.data(), n, c.n_kv_heads, c.head_dim, kv.block_size);
+    // The layer's new K/V (buffers k, v) into its group's pool at the batch's slots, then paged attention of
+    // q into att.
+    void attention(int layer, int n) {
+        const DecoderPlan& plan = *b_.plan_;
+        const KvLayout& kv = plan.kv();
+        const GroupRows& rows = batch_.groups[kv.layer_group[static_cast<size_t>(layer)]];
+        std::byte* k_cache = b_.k_cache_[static_cast<size_t>(layer)].data();
+        std::byte* v_cache = b_.v_cache_[static_cast<size_t>(layer)].data();
+        if (kv.dtype == KvDtype::f16)
+            k_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), b_.k_.data(),
+                             b_.v_.data(), rows.slots.data(), n, c_.n_kv_heads, c_.head_dim, kv.block_size);
+        else
+            k_.kv_append(reinterpret_cast<float*>(k_cache), reinterpret_cast<float*>(v_cache), b_.k_.data(),
+                         b_.v_.data(), rows.slots.data(), n, c_.n_kv_heads, c_.head_dim, kv.block_size);
 
-    PagedAttentionArgs a = plan.attention_args(static_cast<size_t>(layer), rows.table_stride);
-    a.q = q_.data();
-    a.k_cache = k_cache;
-    a.v_cache = v_cache;
-    a.block_tables = rows.block_tables.data();
-    a.row_seq = batch.row_seq.data();
-    a.row_pos = batch.positions.data();
-    a.out = att_.data();
-    a.n_rows = n;
-    kernels_.paged_attention(a);
-
-    linear(out, att_.data(), w.wo, n);
-    block_output(out, w.post_attn_norm, n);
-}
-
-// out [n_rows][dim] = the MLP block's output: the MLP of the block's input, and block_output's post-norm
-// and scale.
-void CpuBackend::mlp_block(int layer, int32_t n, float* out) {
-    const ModelConfig& c = model_.config;
-    const LayerWeights& w = model_.layers[static_cast<size_t>(layer)];
-    const int64_t inner = int64_t{n} * c.hidden_dim;
-    const float* in = block_input(w.ffn_norm, n);
-    switch (c.traits.mlp) {
-    case MlpKind::swiglu:
-        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, in, n);
-        kernels_.swiglu(up_.data(), gate_.data(), up_.data(), inner);
-        break;
-    case MlpKind::geglu_tanh:
-        linears({{up_.data(), w.w_up}, {gate_.data(), w.w_gate}}, in, n);
-        kernels_.geglu_tanh(up_.data(), gate_.data(), up_.data(), inner);
-        break;
-    case MlpKind::gelu_tanh:
-        linear(up_.data(), in, w.w_up, n);
-        kernels_.gelu_tanh(up_.data(), up_.data(), inner);
-        break;
-    case MlpKind::gelu_erf:
-        linear(up_.data(), in, w.w_up, n);
-        kernels_.gelu_erf(up_.data(), up_.data(), inner);
-        break;
+        PagedAttentionArgs a = plan.attention_args(static_cast<size_t>(layer), rows.table_stride);
+        a.q = b_.q_.data();
+        a.k_cache = k_cache;
+        a.v_cache = v_cache;
+        a.block_tables = rows.block_tables.data();
+        a.row_seq = batch_.row_seq.data();
+        a.row_pos = batch_.positions.data();
+        a.out = b_.att_.data();
+        a.n_rows = n;
+        k_.paged_attention(a);
     }
-    linear(out, up_.data(), w.w_down, n);
-    block_output(out, w.post_ffn_norm, n);
-}
 
-// out [n_rows][weight.rows] = x [n_rows][weight.cols] . weight^T (+ bias), in the weight's stored dtype.
-void CpuBackend::linear(float* out, const float* x, const Linear& layer, int32_t n) {
-    linears({{out, layer}}, x, n);
-}
-
-// Each output of the group as linear would compute it: one kernel call for the group, so a decode step
-// wakes the threads once for, say, q, k and v instead of once per projection.
-void CpuBackend::linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n) {
-    std::array<MatmulPart, kMaxLinearGroup> parts;
-    if (group.size() > parts.size()) throw Error("internal: a linear group larger than kMaxLinearGroup");
-    int k = 0;
-    size_t count = 0;
-    for (const LinearOutput& o : group) {
-        const WeightMatrix& w = o.layer.weight;
-        if (count > 0 && w.cols != k) throw Error("internal: a linear group's weights differ in input width");
-        k = static_cast<int>(w.cols);
-        MatmulPart& part = parts[count++];
-        part.out = o.out;
-        part.m = static_cast<int>(w.rows);
-        part.w_f32 = w.dtype == WeightDtype::f32 ? static_cast<const float*>(weights_.data(w)) : nullptr;
-        part.w_f16_groups = w.dtype == WeightDtype::f16 ? weights_.f16_groups(w) : nullptr;
-        part.w_f16 = w.dtype == WeightDtype::f16 && !part.w_f16_groups ? static_cast<const uint16_t*>(weights_.data(w)) : nullptr;
-        part.w_q = w.quantized() ? &weights_.quant(w) : nullptr;
+    void gather_logit_rows(float* out, const float* x, int n_out) {
+        const size_t dim = static_cast<size_t>(c_.dim);
+        for (size_t i = 0; i < static_cast<size_t>(n_out); ++i)
+            std::memcpy(&out[i * dim], &x[static_cast<size_t>(batch_.logit_rows[i]) * dim], dim * sizeof(float));
     }
-    kernels_.matmuls(parts.data(), static_cast<int>(count), x, n, k);
-    for (const LinearOutput& o : group)
-        if (o.layer.bias) kernels_.add_bias(o.out, o.layer.bias, n, static_cast<int>(o.layer.weight.rows));
-}
 
-void CpuBackend::norm(float* out, const float* x, const Norm& weights, int32_t n) {
-    const ModelConfig& c = model_.config;
-    if (c.traits.norm == NormKind::rms)
-        kernels_.rmsnorm(out, x, weights.weight, n, c.dim, c.norm_eps);
-    else
-        kernels_.layernorm(out, x, weights.weight, weights.bias, n, c.dim, c.norm_eps);
-}
+    void rmsnorm(float* out, const float* x, const float* w, int n, int d, float eps) { k_.rmsnorm(out, x, w, n, d, eps); }
+    void clamp(float* x, int64_t n, float c) { k_.clamp(x, n, c); }
+    void rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, int rotary_dim) {
+        k_.rope(x, cos, sin, n_rows, n_heads, head_dim, rotary_dim);
+    }
+    void swiglu(float* out, const float* gate, const float* up, int64_t n) { k_.swiglu(out, gate, up, n); }
+    void geglu_tanh(float* out, const float* gate, const float* up, int64_t n) { k_.geglu_tanh(out, gate, up, n); }
+    void gelu_tanh(float* out, const float* x, int64_t n) { k_.gelu_tanh(out, x, n); }
+    void gelu_erf(float* out, const float* x, int64_t n) { k_.gelu_erf(out, x, n); }
+    void scale(float* x, int64_t n, float s) { k_.scale(x, n, s); }
+    void add(float* x, const float* y, int64_t n) { k_.add(x, y, n); }
+    void softcap(float* x, int64_t n, float cap) { k_.softcap(x, n, cap); }
+
+private:
+    static constexpr size_t kMaxLinearGroup = 3;  // q, k and v
+    CpuBackend& b_;
+    const KernelTable& k_;
+    const ModelConfig& c_;
+    const ForwardBatch& batch_;
+};
 
 // x [n_rows][dim] = the token's embedding (+ its position's embedding, for learned positions). Rotary
 // models get each row's cos/sin instead, shared by all layers: angle = position * inv_freq in fp32, as the
@@ -290,37 +264,26 @@ void CpuBackend::rope_tables(const ForwardBatch& batch, const float* inv_freq, f
 
 void CpuBackend::forward(const ForwardBatch& batch, float* logits) {
     plan_for(plan_, batch);
-    const ModelConfig& c = model_.config;
     const int32_t n = batch.n_rows();
     ensure_scratch(n);
     embed(batch);
-    const int64_t width = int64_t{n} * c.dim;
-    for (int layer = 0; layer < c.n_layers; ++layer) {
-        if (c.parallel_residual) {  // x + (mlp(ffn_norm(x)) + attn(attn_norm(x))), HF GPT-NeoX's order of adds
-            attention_block(layer, batch, attn_out_.data());
-            mlp_block(layer, n, proj_.data());
-            kernels_.add(proj_.data(), attn_out_.data(), width);
-            kernels_.add(x_.data(), proj_.data(), width);
-            continue;
-        }
-        attention_block(layer, batch, proj_.data());
-        kernels_.add(x_.data(), proj_.data(), width);
-        mlp_block(layer, n, proj_.data());
-        kernels_.add(x_.data(), proj_.data(), width);
-    }
-
-    // Only the rows whose logits are wanted go through the final norm and the classifier, the largest
-    // matrix of a small model.
-    const size_t dim = static_cast<size_t>(c.dim);
-    const int32_t n_out = static_cast<int32_t>(batch.logit_rows.size());
-    for (int32_t i = 0; i < n_out; ++i)
-        std::memcpy(&proj_[static_cast<size_t>(i) * dim], &x_[static_cast<size_t>(batch.logit_rows[static_cast<size_t>(i)]) * dim],
-                    dim * sizeof(float));
-    norm(xn_.data(), proj_.data(), model_.final_norm, n_out);
-    linear(logits, xn_.data(), Linear{model_.classifier, model_.classifier_bias}, n_out);
-    const int64_t n_logits = int64_t{n_out} * c.vocab_size;
-    if (c.logit_scale != 1.0f) kernels_.scale(logits, n_logits, c.logit_scale);
-    if (c.final_logit_softcap > 0) kernels_.softcap(logits, n_logits, c.final_logit_softcap);
+    ForwardBuffers buffers;
+    buffers.x = x_.data();
+    buffers.xn = xn_.data();
+    buffers.q = q_.data();
+    buffers.k = k_.data();
+    buffers.v = v_.data();
+    buffers.att = att_.data();
+    buffers.gate = gate_.data();
+    buffers.up = up_.data();
+    buffers.proj = proj_.data();
+    buffers.attn_out = attn_out_.data();
+    buffers.rope_cos = rope_cos_.data();
+    buffers.rope_sin = rope_sin_.data();
+    buffers.rope_cos_local = rope_cos_local_.data();
+    buffers.rope_sin_local = rope_sin_local_.data();
+    Ops ops(*this, batch);
+    run_forward_recipe(ops, model_.config, buffers, n, static_cast<int>(batch.logit_rows.size()), logits);
 }
 
 }  // namespace kvx::cpu

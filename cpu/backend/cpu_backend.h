@@ -2,13 +2,12 @@
 // of cpu/kernels/ for speed, the reference kernels as the oracle). The matrices every step streams are read
 // from copies in huge pages (weight_copies.h), in their stored dtype (f32, f16 or quantized) or, for the
 // quantized matrices the kernels read faster in another layout (KernelTable::matmul_q_layout), in that one.
-// Which norm, positions and MLP a layer uses comes from the family's traits, and every size from the
-// Engine's DecoderPlan.
+// The layers' sequence of ops is engine/runtime/forward_recipe.h's, shared with the CUDA backend; every size
+// comes from the Engine's DecoderPlan.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -33,21 +32,10 @@ public:
     void forward(const ForwardBatch& batch, float* logits) override;
 
 private:
+    class Ops;  // the forward recipe's ops on this backend's kernels, weights and caches
     void ensure_scratch(int32_t n_rows);
     void embed(const ForwardBatch& batch);
-    struct LinearOutput {
-        float* out;           // [n_rows][layer.weight.rows]
-        const Linear& layer;
-    };
-    static constexpr size_t kMaxLinearGroup = 3;  // q, k and v
-    void linear(float* out, const float* x, const Linear& layer, int32_t n_rows);
-    void linears(std::initializer_list<LinearOutput> group, const float* x, int32_t n_rows);
-    void norm(float* out, const float* x, const Norm& weights, int32_t n_rows);
     void rope_tables(const ForwardBatch& batch, const float* inv_freq, float* cos, float* sin);
-    const float* block_input(const Norm& pre_norm, int32_t n_rows);
-    void block_output(float* out, const Norm& post_norm, int32_t n_rows);
-    void attention_block(int layer, const ForwardBatch& batch, float* out);
-    void mlp_block(int layer, int32_t n_rows, float* out);
 
     const Model& model_;
     const KernelTable& kernels_;

@@ -10,6 +10,7 @@
 #include "cuda/backend/graph_cache.h"
 #include "cuda/kernels/cuda_kernels.h"
 #include "cuda/kernels/device_probe.h"
+#include "engine/runtime/forward_recipe.h"
 #include "kernels/error.h"
 
 namespace kvx::cuda {
@@ -93,13 +94,7 @@ struct CudaBackend::State {
     void linear(float* out, const float* in, const DeviceLinear& l, int n);
     void quantized_linear(float* out, const float* in, const DeviceLinear& l, int n);
     void embed_tokens(const StagedBatch& b, int n);
-    void norm(float* out, const float* in, const DeviceNorm& w, int n);
-    void add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n);
-    const float* block_input(const DeviceNorm& pre_norm, bool add_proj, int n);
-    void block_output(float* out, const DeviceNorm& post_norm, int n);
-    void attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
-                         const std::vector<AttentionPartitions>& partitions, const float* in, float* out);
-    void mlp_block(const DeviceLayer& w, int n, const float* in, float* out);
+    class PassOps;  // the forward recipe's ops as launches on this state's stream
     void run_pass(const ForwardBatch& batch);  // enqueues the pass; its logits end in `logits`
     void enqueue_forward(const StagedBatch& b, const StagingShape& shape,
                          const std::vector<AttentionPartitions>& partitions);
@@ -186,170 +181,124 @@ void CudaBackend::State::embed_tokens(const StagedBatch& b, int n) {
     if (pos && pos->quantized) dequantize_rows(x.data(), b.positions, pos->quant, n, c.dim, 1.0f, true, stream);
 }
 
-void CudaBackend::State::norm(float* out, const float* in, const DeviceNorm& w, int n) {
-    const ModelConfig& c = model.config;
-    if (c.traits.norm == NormKind::rms)
-        rmsnorm(out, in, w.weight, n, c.dim, c.norm_eps, stream);
-    else
-        layernorm(out, in, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
-}
+// The recipe's ops (engine/runtime/forward_recipe.h) on the device: launches on the backend's stream, on its
+// device weights and KV pools, for one staged batch.
+class CudaBackend::State::PassOps {
+public:
+    using Linear = DeviceLinear;
+    struct LinearOutput {
+        float* out;           // [n][layer.weight.rows], device
+        const Linear& layer;
+    };
 
-// residual += delta, then out = norm(residual): the CPU's add then norm, in one pass.
-void CudaBackend::State::add_norm(float* out, float* residual, const float* delta, const DeviceNorm& w, int n) {
-    const ModelConfig& c = model.config;
-    if (c.traits.norm == NormKind::rms)
-        add_rmsnorm(out, residual, delta, w.weight, n, c.dim, c.norm_eps, stream);
-    else
-        add_layernorm(out, residual, delta, w.weight, w.bias, n, c.dim, c.norm_eps, stream);
-}
+    PassOps(CudaBackend::State& s, const StagedBatch& b, const StagingShape& shape,
+            const std::vector<AttentionPartitions>& partitions)
+        : s_(s), c_(s.model.config), stream_(s.stream), b_(b), shape_(shape), partitions_(partitions) {}
 
-// The input of the next block, with the previous block's output (waiting in proj when add_proj) joined to the
-// residual stream x first: with pre-norms the two in one pass (add_norm, or norm alone for the first block)
-// into xn; with post placement the block reads x itself, after a plain add.
-const float* CudaBackend::State::block_input(const DeviceNorm& pre_norm, bool add_proj, int n) {
-    const ModelConfig& c = model.config;
-    if (!c.pre_norms()) {
-        if (add_proj) add(x.data(), proj.data(), int64_t{n} * c.dim, stream);
-        return x.data();
+    const DeviceLayer& layer(int l) const { return s_.weights.layers[static_cast<size_t>(l)]; }
+    const DeviceNorm& final_norm() const { return s_.weights.final_norm; }
+    Linear classifier() const { return {s_.weights.classifier, s_.weights.classifier_bias}; }
+
+    // One product per output: a GEMV launch each for decode-sized batches, cuBLAS beyond.
+    void linears(std::initializer_list<LinearOutput> group, const float* x, int n) {
+        for (const LinearOutput& o : group) s_.linear(o.out, x, o.layer, n);
     }
-    if (add_proj)
-        add_norm(xn.data(), x.data(), proj.data(), pre_norm, n);
-    else
-        norm(xn.data(), x.data(), pre_norm, n);
-    return xn.data();
-}
 
-// A block's output on its way to the residual stream: its post-norm (sandwich and post placements), then the
-// residual scale (skipped at 1). The CPU backend's block_output.
-void CudaBackend::State::block_output(float* out, const DeviceNorm& post_norm, int n) {
-    const ModelConfig& c = model.config;
-    if (c.post_norms()) norm(out, out, post_norm, n);
-    if (c.residual_scale != 1.0f) scale(out, int64_t{n} * c.dim, c.residual_scale, stream);
-}
+    void norm(float* out, const float* x, const DeviceNorm& w, int n) {
+        if (c_.traits.norm == NormKind::rms)
+            cuda::rmsnorm(out, x, w.weight, n, c_.dim, c_.norm_eps, stream_);
+        else
+            cuda::layernorm(out, x, w.weight, w.bias, n, c_.dim, c_.norm_eps, stream_);
+    }
+    // x += y and out = norm(x) in one pass over x.
+    void add_norm(float* out, float* x, const float* y, const DeviceNorm& w, int n) {
+        if (c_.traits.norm == NormKind::rms)
+            cuda::add_rmsnorm(out, x, y, w.weight, n, c_.dim, c_.norm_eps, stream_);
+        else
+            cuda::add_layernorm(out, x, y, w.weight, w.bias, n, c_.dim, c_.norm_eps, stream_);
+    }
 
-// out [n][dim] = the attention block's output for the residual stream, from the block's input `in`: q, k, v
-// (clamped where the model clips them, then RMS-normed per head or per projection where it says), RoPE with
-// the layer's table over the rotated dims, the new K/V appended, paged attention (soft-capped where the plan
-// says), wo, and block_output's post-norm and scale. The CPU backend's attention_block, launch for launch.
-void CudaBackend::State::attention_block(size_t layer, const StagedBatch& b, const StagingShape& shape,
-                                         const std::vector<AttentionPartitions>& partitions, const float* in,
-                                         float* out) {
-    const ModelConfig& c = model.config;
-    const DeviceLayer& w = weights.layers[layer];
-    const int n = shape.n_rows;
-    linear(q.data(), in, w.wq, n);
-    linear(k.data(), in, w.wk, n);
-    linear(v.data(), in, w.wv, n);
-    if (c.clip_qkv > 0) {
-        clamp(q.data(), int64_t{n} * c.q_dim(), c.clip_qkv, stream);
-        clamp(k.data(), int64_t{n} * c.kv_dim(), c.clip_qkv, stream);
-        clamp(v.data(), int64_t{n} * c.kv_dim(), c.clip_qkv, stream);
+    // The layer's new K/V (buffers k, v) into its group's pool at the staged slots, then paged attention of q
+    // into att over the staged tiles, split into the group's partitions.
+    void attention(int layer, int n) {
+        const size_t l = static_cast<size_t>(layer);
+        const KvLayout& kv = s_.plan->kv();
+        const size_t g = kv.layer_group[l];
+        cuda::kv_append(s_.k_cache[l].data(), s_.v_cache[l].data(), kv.dtype, s_.k.data(), s_.v.data(), b_.slots[g], n,
+                        c_.n_kv_heads, c_.head_dim, kv.block_size, stream_);
+        PagedAttentionArgs a = s_.plan->attention_args(l, shape_.table_strides[g]);  // scale and soft-cap included
+        a.q = s_.q.data();
+        a.k_cache = s_.k_cache[l].data();
+        a.v_cache = s_.v_cache[l].data();
+        a.block_tables = b_.block_tables[g];
+        a.row_seq = b_.row_seq;
+        a.row_pos = b_.positions;
+        a.out = s_.att.data();
+        a.n_rows = n;
+        cuda::paged_attention(a, b_.tiles, shape_.n_tiles, partitions_[g], s_.attention_workspace.data(), stream_);
     }
-    if (c.qk_norm != QkNorm::none) {  // rows of q_norm_width(), in place: a head each, or a whole projection each
-        const int q_rows = n * (c.q_dim() / c.q_norm_width()), k_rows = n * (c.kv_dim() / c.k_norm_width());
-        rmsnorm(q.data(), q.data(), w.q_norm.weight, q_rows, c.q_norm_width(), c.norm_eps, stream);
-        rmsnorm(k.data(), k.data(), w.k_norm.weight, k_rows, c.k_norm_width(), c.norm_eps, stream);
-    }
-    if (c.traits.rotary()) {
-        const bool local = std::binary_search(c.rope_local_layers.begin(), c.rope_local_layers.end(), static_cast<int>(layer));
-        const float* cos = local ? rope_cos_local.data() : rope_cos.data();
-        const float* sin = local ? rope_sin_local.data() : rope_sin.data();
-        rope(q.data(), cos, sin, n, c.n_heads, c.head_dim, c.rotated_dims(), stream);
-        rope(k.data(), cos, sin, n, c.n_kv_heads, c.head_dim, c.rotated_dims(), stream);
-    }
-    const KvLayout& kv = plan->kv();
-    const size_t g = kv.layer_group[layer];
-    kv_append(k_cache[layer].data(), v_cache[layer].data(), kv.dtype, k.data(), v.data(), b.slots[g], n, c.n_kv_heads,
-              c.head_dim, kv.block_size, stream);
 
-    PagedAttentionArgs a = plan->attention_args(layer, shape.table_strides[g]);  // scale and soft-cap included
-    a.q = q.data();
-    a.k_cache = k_cache[layer].data();
-    a.v_cache = v_cache[layer].data();
-    a.block_tables = b.block_tables[g];
-    a.row_seq = b.row_seq;
-    a.row_pos = b.positions;
-    a.out = att.data();
-    a.n_rows = n;
-    paged_attention(a, b.tiles, shape.n_tiles, partitions[g], attention_workspace.data(), stream);
-    linear(out, att.data(), w.wo, n);
-    block_output(out, w.post_attn_norm, n);
-}
-
-// out [n][dim] = the MLP block's output from the block's input `in`, and block_output's post-norm and scale.
-// The CPU backend's mlp_block.
-void CudaBackend::State::mlp_block(const DeviceLayer& w, int n, const float* in, float* out) {
-    const ModelConfig& c = model.config;
-    const int64_t inner = int64_t{n} * c.hidden_dim;
-    switch (c.traits.mlp) {
-    case MlpKind::swiglu:
-        linear(up.data(), in, w.w_up, n);
-        linear(gate.data(), in, w.w_gate, n);
-        swiglu(up.data(), gate.data(), up.data(), inner, stream);
-        break;
-    case MlpKind::geglu_tanh:
-        linear(up.data(), in, w.w_up, n);
-        linear(gate.data(), in, w.w_gate, n);
-        geglu_tanh(up.data(), gate.data(), up.data(), inner, stream);
-        break;
-    case MlpKind::gelu_tanh:
-        linear(up.data(), in, w.w_up, n);
-        gelu_tanh(up.data(), up.data(), inner, stream);
-        break;
-    case MlpKind::gelu_erf:
-        linear(up.data(), in, w.w_up, n);
-        gelu_erf(up.data(), up.data(), inner, stream);
-        break;
+    void gather_logit_rows(float* out, const float* x, int n_out) {
+        cuda::gather_rows(out, x, b_.logit_rows, n_out, c_.dim, stream_);
     }
-    linear(out, up.data(), w.w_down, n);
-    block_output(out, w.post_ffn_norm, n);
-}
+
+    void rmsnorm(float* out, const float* x, const float* w, int n, int d, float eps) {
+        cuda::rmsnorm(out, x, w, n, d, eps, stream_);
+    }
+    void clamp(float* x, int64_t n, float c) { cuda::clamp(x, n, c, stream_); }
+    void rope(float* x, const float* cos, const float* sin, int n_rows, int n_heads, int head_dim, int rotary_dim) {
+        cuda::rope(x, cos, sin, n_rows, n_heads, head_dim, rotary_dim, stream_);
+    }
+    void swiglu(float* out, const float* gate, const float* up, int64_t n) { cuda::swiglu(out, gate, up, n, stream_); }
+    void geglu_tanh(float* out, const float* gate, const float* up, int64_t n) {
+        cuda::geglu_tanh(out, gate, up, n, stream_);
+    }
+    void gelu_tanh(float* out, const float* x, int64_t n) { cuda::gelu_tanh(out, x, n, stream_); }
+    void gelu_erf(float* out, const float* x, int64_t n) { cuda::gelu_erf(out, x, n, stream_); }
+    void scale(float* x, int64_t n, float s) { cuda::scale(x, n, s, stream_); }
+    void add(float* x, const float* y, int64_t n) { cuda::add(x, y, n, stream_); }
+    void softcap(float* x, int64_t n, float cap) { cuda::softcap(x, n, cap, stream_); }
+
+private:
+    CudaBackend::State& s_;
+    const ModelConfig& c_;
+    cudaStream_t stream_;
+    const StagedBatch& b_;
+    const StagingShape& shape_;
+    const std::vector<AttentionPartitions>& partitions_;
+};
 
 // The whole pass, every launch on `stream` and every address fixed by the shape and the generation, so
-// that it can be captured as one graph. The CPU backend's forward with the residual adds fused into the
-// next norm: a block's output waits in proj and joins x in the add_norm before the next block (block_input;
-// a plain add where the layers have no pre-norms, and before the final norm).
+// that it can be captured as one graph: the embeddings and RoPE tables, then the forward recipe.
 void CudaBackend::State::enqueue_forward(const StagedBatch& b, const StagingShape& shape,
-                                                const std::vector<AttentionPartitions>& partitions) {
+                                         const std::vector<AttentionPartitions>& partitions) {
     const ModelConfig& c = model.config;
-    const ArchitectureTraits& t = c.traits;
     const int n = shape.n_rows;
-    const int64_t width = int64_t{n} * c.dim;
     embed_tokens(b, n);
-    if (t.rotary()) {
+    if (c.traits.rotary()) {
         const int half = c.rotated_dims() / 2;
         rope_tables(rope_cos.data(), rope_sin.data(), b.positions, weights.rope_inv_freq, n, half, stream);
         if (weights.rope_inv_freq_local)
             rope_tables(rope_cos_local.data(), rope_sin_local.data(), b.positions, weights.rope_inv_freq_local, n,
                         half, stream);
     }
-
-    for (size_t layer = 0; layer < weights.layers.size(); ++layer) {
-        const DeviceLayer& w = weights.layers[layer];
-        // The previous layer's output joins the residual stream, with pre-norms in the same pass as this norm.
-        const float* in = block_input(w.attn_norm, layer > 0, n);
-        if (c.parallel_residual) {
-            // x + (mlp(ffn_norm(x)) + attn(attn_norm(x))), HF GPT-NeoX's order of adds: both norms of the same
-            // x, the sum of the two outputs joining x at the next block_input.
-            attention_block(layer, b, shape, partitions, in, attn_out.data());
-            mlp_block(w, n, block_input(w.ffn_norm, false, n), proj.data());
-            add(proj.data(), attn_out.data(), width, stream);
-            continue;
-        }
-        attention_block(layer, b, shape, partitions, in, proj.data());
-        mlp_block(w, n, block_input(w.ffn_norm, true, n), proj.data());
-    }
-    add(x.data(), proj.data(), width, stream);
-
-    // Only the rows whose logits are wanted go through the final norm and the classifier (and its bias), then
-    // the logit scale and soft-cap.
-    const int n_out = shape.n_logit_rows;
-    const int64_t n_logits = int64_t{n_out} * c.vocab_size;
-    gather_rows(proj.data(), x.data(), b.logit_rows, n_out, c.dim, stream);
-    norm(xn.data(), proj.data(), weights.final_norm, n_out);
-    linear(logits.data(), xn.data(), DeviceLinear{weights.classifier, weights.classifier_bias}, n_out);
-    if (c.logit_scale != 1.0f) scale(logits.data(), n_logits, c.logit_scale, stream);
-    if (c.final_logit_softcap > 0) softcap(logits.data(), n_logits, c.final_logit_softcap, stream);
+    ForwardBuffers buffers;
+    buffers.x = x.data();
+    buffers.xn = xn.data();
+    buffers.q = q.data();
+    buffers.k = k.data();
+    buffers.v = v.data();
+    buffers.att = att.data();
+    buffers.gate = gate.data();
+    buffers.up = up.data();
+    buffers.proj = proj.data();
+    buffers.attn_out = attn_out.data();
+    buffers.rope_cos = rope_cos.data();
+    buffers.rope_sin = rope_sin.data();
+    buffers.rope_cos_local = rope_cos_local.data();
+    buffers.rope_sin_local = rope_sin_local.data();
+    PassOps ops(*this, b, shape, partitions);
+    run_forward_recipe(ops, c, buffers, n, shape.n_logit_rows, logits.data());
 }
 
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options) {
