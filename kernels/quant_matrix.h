@@ -22,6 +22,7 @@
 //   scales: [row_groups][n_blocks][8 rows]
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/f16.h"
@@ -73,6 +74,25 @@ inline int64_t quant_block_index(const QuantMatrix& w, int64_t r, int64_t i) {
 inline int64_t quant_padded_cols(int64_t cols, int32_t block) {
     const int64_t unit = block > 32 ? block : 32;
     return (cols + unit - 1) / unit * unit;
+}
+
+// The bytes of the tables of a [rows][.] matrix w in the rows layout: q [rows][row_bytes], scales and offsets
+// [rows][n_blocks] (offsets: 1-byte zero points, minimums of the scales' type, or none). What a backend
+// copies or uploads, and what a benchmark reads per call.
+struct QuantTableBytes {
+    size_t q = 0, scales = 0, offsets = 0;
+    size_t total() const { return q + scales + offsets; }
+};
+
+inline QuantTableBytes quant_table_bytes(const QuantMatrix& w, int64_t rows) {
+    const auto n_rows = static_cast<size_t>(rows);
+    const auto entries = n_rows * static_cast<size_t>(w.padded_cols / w.block);
+    const size_t float_bytes = w.scales_f16 ? 2 : 4;
+    const size_t offset_bytes = w.offset == QuantOffset::none          ? 0
+                                : w.offset == QuantOffset::zero_points ? 1
+                                                                       : float_bytes;
+    return {n_rows * static_cast<size_t>(w.padded_cols) * static_cast<size_t>(w.bits) / 8, entries * float_bytes,
+            entries * offset_bytes};
 }
 
 // Element j of row r's integers, 0..15 for q4, -128..127 for q8.

@@ -1,4 +1,4 @@
-// The cache manager against a shadow model, over hundreds of thousands of random operations: create,
+// The cache manager against a shadow model, over 114,000 random operations (the settings below): create,
 // prefix reuse, fork, append (with copy-on-write and pool exhaustion), rewind (in range, out of range,
 // refused by the window), decode bursts that slide windows, and free.
 //

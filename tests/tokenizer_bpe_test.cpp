@@ -13,6 +13,7 @@
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 
 using namespace kvx;
@@ -215,4 +216,22 @@ TEST_CASE("BPE: model config names the tokenizer files and the chat template", "
     config["chat"] = {{"template_file", "t.jinja"}, {"format", "llama2"}};
     dir.write("config.json", config.dump());
     CHECK_THROWS_WITH(load_model_config(dir.path.string()), Catch::Contains("'chat.format' = 'llama2' is not a format kvx applies"));
+}
+
+TEST_CASE("a UTF-8 sequence's length is read from its first byte", "[tokenizer][utf8]") {
+    for (char32_t cp : {U'A', U'\u00e9', U'\u07ff', U'\u0800', U'\u20ac', U'\uffff', U'\U00010000', U'\U0001F600'}) {
+        std::string encoded;
+        utf8_append(encoded, cp);
+        INFO("U+" << std::hex << static_cast<uint32_t>(cp));
+        CHECK(utf8_sequence_length(static_cast<unsigned char>(encoded[0])) == encoded.size());
+    }
+    CHECK(utf8_sequence_length(0x00) == 1);
+    CHECK(utf8_sequence_length(0x80) == 1);  // continuation bytes lead nothing: each stands alone
+    CHECK(utf8_sequence_length(0xBF) == 1);
+    CHECK(utf8_sequence_length(0xC0) == 2);
+    CHECK(utf8_sequence_length(0xDF) == 2);
+    CHECK(utf8_sequence_length(0xE0) == 3);
+    CHECK(utf8_sequence_length(0xEF) == 3);
+    CHECK(utf8_sequence_length(0xF0) == 4);
+    CHECK(utf8_sequence_length(0xFF) == 4);
 }

@@ -18,21 +18,6 @@ size_t float_bytes(const WeightMatrix& w) {
     return static_cast<size_t>(w.rows * w.cols) * (w.dtype == WeightDtype::f16 ? 2 : 4);
 }
 
-// The sizes of a quantized matrix's tables in the rows layout (kernels/quant_matrix.h).
-struct QuantTableBytes {
-    size_t q = 0, scales = 0, offsets = 0;
-};
-
-QuantTableBytes rows_table_bytes(const WeightMatrix& w) {
-    const QuantMatrix& m = w.quant;
-    const auto rows = static_cast<size_t>(w.rows);
-    const auto n_blocks = static_cast<size_t>(m.padded_cols / m.block);
-    const size_t scale_bytes = m.scales_f16 ? 2 : 4;
-    const size_t offset_bytes = m.offset == QuantOffset::none ? 0 : m.offset == QuantOffset::zero_points ? 1 : scale_bytes;
-    return {rows * static_cast<size_t>(m.padded_cols) * static_cast<size_t>(m.bits) / 8, rows * n_blocks * scale_bytes,
-            rows * n_blocks * offset_bytes};
-}
-
 bool in_row_groups(const WeightMatrix& w, const KernelTable& kernels) {
     if (w.dtype == WeightDtype::f16) return kernels.matmul_f16_row_groups;
     return w.quantized() && kernels.matmul_q_layout == QuantLayout::row_groups && row_groups_fit(w.quant);
@@ -45,7 +30,7 @@ size_t copy_bytes(const WeightMatrix& w, const KernelTable& kernels) {
     if (w.dtype == WeightDtype::f16 && in_row_groups(w, kernels)) return aligned(f16_groups_bytes(w));
     if (!w.quantized()) return aligned(float_bytes(w));
     if (in_row_groups(w, kernels)) return aligned(row_groups_bytes(w.quant, w.rows));
-    const QuantTableBytes t = rows_table_bytes(w);
+    const QuantTableBytes t = quant_table_bytes(w.quant, w.rows);
     return aligned(t.q) + aligned(t.scales) + aligned(t.offsets);
 }
 
@@ -93,7 +78,7 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
             floats_.emplace(w->data, move(w->data, float_bytes(*w)));
             continue;
         }
-        const QuantTableBytes t = rows_table_bytes(*w);
+        const QuantTableBytes t = quant_table_bytes(w->quant, w->rows);
         QuantMatrix copy = w->quant;
         if (in_row_groups(*w, kernels)) {
             copy = copy_to_row_groups(w->quant, w->rows, at);

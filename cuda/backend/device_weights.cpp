@@ -4,34 +4,15 @@
 #include <string>
 
 #include "kernels/error.h"
+#include "kernels/quant_matrix.h"
 
 namespace kvx::cuda {
 namespace {
 
-// Bytes of a quantized matrix's tables (kernels/quant_matrix.h): q [rows][row_bytes], scales and offsets
-// [rows][n_blocks] (offsets: 1-byte zero points, or minimums of the scales' type; none without).
-struct QuantBytes {
-    size_t q = 0, scales = 0, offsets = 0;
-};
-
-QuantBytes quant_bytes(const WeightMatrix& w) {
-    const QuantMatrix& h = w.quant;
-    const auto rows = static_cast<size_t>(w.rows);
-    const auto entries = rows * static_cast<size_t>(h.padded_cols / h.block);
-    const size_t float_bytes = h.scales_f16 ? 2 : 4;
-    QuantBytes b;
-    b.q = rows * static_cast<size_t>(h.padded_cols) * static_cast<size_t>(h.bits) / 8;
-    b.scales = entries * float_bytes;
-    if (h.offset == QuantOffset::zero_points) b.offsets = entries;
-    if (h.offset == QuantOffset::mins) b.offsets = entries * float_bytes;
-    return b;
-}
-
 // Bytes of w as uploaded.
 size_t stored_bytes(const WeightMatrix& w) {
     if (!w.quantized()) return static_cast<size_t>(w.rows * w.cols) * (w.dtype == WeightDtype::f16 ? 2 : 4);
-    const QuantBytes b = quant_bytes(w);
-    return b.q + b.scales + b.offsets;
+    return quant_table_bytes(w.quant, w.rows).total();
 }
 
 }  // namespace
@@ -99,7 +80,7 @@ DeviceMatrix DeviceWeights::matrix(const WeightMatrix& w, const char* what) {
 // The three tables uploaded as they are stored (the kernels read the file's layout), each its own allocation,
 // so each is aligned for its type and q for the GEMV's 16-byte loads.
 DeviceMatrix DeviceWeights::quantized_matrix(const WeightMatrix& w, const char* what) {
-    const QuantBytes b = quant_bytes(w);
+    const QuantTableBytes b = quant_table_bytes(w.quant, w.rows);
     DeviceMatrix d;
     d.quantized = true;
     d.rows = static_cast<int>(w.rows);

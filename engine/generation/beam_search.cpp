@@ -5,14 +5,11 @@
 #include <cmath>
 #include <string>
 
+#include "engine/generation/seconds_since.h"
 #include "kernels/error.h"
 
 namespace kvx {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 struct Beam {
     SeqId seq;                    // a sequence of prompt + tokens (less the last, until it is decoded)

@@ -3,15 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/generation/seconds_since.h"
 #include "engine/generation/speculative.h"
+#include "engine/runtime/sequence_guard.h"
 #include "kernels/error.h"
 
 namespace kvx {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 void record_cache(const Engine& engine, GenerationStats& stats) {
     stats.kv_usage = engine.cache_usage();
@@ -105,22 +103,15 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sa
                          const std::vector<int32_t>& prompt, const GenerationOptions& options,
                          const std::function<void(std::string_view)>& emit) {
     if (prompt.empty()) throw Error("the prompt is empty and the model has no BOS token to start from");
-    const SeqId seq = engine.new_sequence();
-    try {
-        checked_max_new(engine, seq, prompt.size(), options.max_new_tokens);  // an error prints nothing
-        check_speculative_options(options);
-        int32_t prev = -1;
-        for (int32_t token : prompt) {  // echoed before the prefill, so a long prompt shows at once
-            emit(tokenizer.decode(prev, token));
-            prev = token;
-        }
-        GenerationStats stats = continue_sequence(engine, seq, tokenizer, sampler, prompt, options, emit);
-        engine.free_sequence(seq);
-        return stats;
-    } catch (...) {
-        engine.free_sequence(seq);
-        throw;
+    const SequenceGuard seq(engine);
+    checked_max_new(engine, seq.id(), prompt.size(), options.max_new_tokens);  // an error prints nothing
+    check_speculative_options(options);
+    int32_t prev = -1;
+    for (int32_t token : prompt) {  // echoed before the prefill, so a long prompt shows at once
+        emit(tokenizer.decode(prev, token));
+        prev = token;
     }
+    return continue_sequence(engine, seq.id(), tokenizer, sampler, prompt, options, emit);
 }
 
 }  // namespace kvx

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "engine/runtime/sequence_guard.h"
 #include "kernels/error.h"
 
 namespace kvx {
@@ -34,16 +35,12 @@ PerplexityResult chunked_perplexity(Engine& engine, const std::vector<int32_t>& 
     for (size_t start = 0; start + ctx <= tokens.size(); start += ctx) {
         std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(start), ctx, chunk.begin());
         if (bos >= 0) chunk[0] = bos;
-        const SeqId seq = engine.new_sequence();
-        try {
-            const std::vector<float>& logits = engine.forward({{seq, chunk, true}});  // [ctx][vocab]
+        {
+            const SequenceGuard seq(engine);
+            const std::vector<float>& logits = engine.forward({{seq.id(), chunk, true}});  // [ctx][vocab]
             for (size_t j = first; j + 1 < ctx; ++j)
                 result.nll_sum += token_nll(std::span<const float>(logits).subspan(j * vocab, vocab), chunk[j + 1]);
-        } catch (...) {
-            engine.free_sequence(seq);
-            throw;
-        }
-        engine.free_sequence(seq);
+        }  // the chunk's blocks go back before the next one takes its own
         result.scored += ctx - 1 - first;
         ++result.chunks;
         if (progress) progress(result);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/runtime/sequence_guard.h"
 #include "kernels/error.h"
 
 namespace kvx {
@@ -12,20 +13,14 @@ std::vector<float> position_logits(Engine& engine, const std::vector<int32_t>& t
                     std::to_string(n_prefill));
     const size_t vocab = static_cast<size_t>(engine.vocab_size());
     std::vector<float> all(tokens.size() * vocab);  // [tokens][vocab]
-    const SeqId seq = engine.new_sequence();
-    try {
-        const std::span<const int32_t> span(tokens);
-        const auto& prefill = engine.forward({{seq, span.first(n_prefill), true}});
-        std::copy(prefill.begin(), prefill.end(), all.begin());
-        for (size_t i = n_prefill; i < tokens.size(); ++i) {
-            const auto& step = engine.forward({{seq, span.subspan(i, 1), false}});
-            std::copy(step.begin(), step.end(), all.begin() + static_cast<std::ptrdiff_t>(i * vocab));
-        }
-    } catch (...) {
-        engine.free_sequence(seq);
-        throw;
+    const SequenceGuard seq(engine);
+    const std::span<const int32_t> span(tokens);
+    const auto& prefill = engine.forward({{seq.id(), span.first(n_prefill), true}});
+    std::copy(prefill.begin(), prefill.end(), all.begin());
+    for (size_t i = n_prefill; i < tokens.size(); ++i) {
+        const auto& step = engine.forward({{seq.id(), span.subspan(i, 1), false}});
+        std::copy(step.begin(), step.end(), all.begin() + static_cast<std::ptrdiff_t>(i * vocab));
     }
-    engine.free_sequence(seq);
     return all;
 }
 

@@ -3,7 +3,11 @@
 // bytes of a block, the width of each activation buffer, and the fixed fields of every layer's attention.
 // The family's choices themselves (norm, positions, MLP) are ModelConfig::traits, which the plan's widths
 // follow. The CPU and CUDA backends differ in where they put these numbers, never in the numbers, so a new
-// family or cache option is an edit here and in the traits table, not in each backend.
+// cache option is an edit here, not in each backend. A new family built of traits kvx already computes costs
+// nothing here: it is a row of engine/model/families.json (or only config.json's fields), and a matcher in the
+// converter (tools/kvx_tools/convert/blocks/) where its export spells a part the matchers do not read yet. A
+// new trait costs more: its kernel on each backend, its step in each backend's forward pass, and here the
+// width of any buffer it adds.
 //
 // KV pools (one K and one V per layer, in the pool of the layer's group; engine/cache/kv_cache_groups.h):
 //

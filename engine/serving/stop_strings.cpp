@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/tokenizer/utf8.h"
+
 namespace kvx {
 namespace {
 
@@ -11,7 +13,7 @@ size_t unfinished_utf8_tail(const std::string& s) {
     for (size_t back = 1; back <= std::min<size_t>(3, s.size()); ++back) {
         const auto byte = static_cast<unsigned char>(s[s.size() - back]);
         if ((byte & 0xC0) == 0x80) continue;  // a continuation byte: look further back for the lead
-        const size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+        const size_t length = utf8_sequence_length(byte);
         return length > back ? back : 0;
     }
     return 0;

@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "engine/tokenizer/tokenizer_llama2c_file.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 
 namespace kvx {
@@ -90,11 +91,7 @@ std::vector<int32_t> Llama2cTokenizer::split(std::string_view text) const {
 
     // One token per UTF-8 code point when the vocabulary has it, else one byte-fallback token per byte.
     for (size_t i = 0; i < text.size();) {
-        const auto lead = static_cast<unsigned char>(text[i]);
-        size_t len = 1;
-        if (lead >= 0xF0) len = 4;
-        else if (lead >= 0xE0) len = 3;
-        else if (lead >= 0xC0) len = 2;
+        size_t len = utf8_sequence_length(static_cast<unsigned char>(text[i]));
         while (len > 1 && (i + len > text.size())) --len;
         for (size_t k = 1; k < len; ++k)
             if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) { len = k; break; }

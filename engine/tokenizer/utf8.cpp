@@ -37,7 +37,7 @@ size_t utf8_invalid_at(std::string_view text) {
 char32_t utf8_next(std::string_view text, size_t& pos) {
     const auto c = static_cast<unsigned char>(text[pos++]);
     if (c < 0x80) return c;
-    const int extra = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+    const int extra = static_cast<int>(utf8_sequence_length(c)) - 1;
     char32_t cp = c & (0x3Fu >> extra);
     for (int k = 0; k < extra; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[pos++]) & 0x3Fu);
     return cp;

@@ -2,9 +2,11 @@
 """Regenerates testdata/exporters/: tiny random-weight HF decoders of each family, HF's own logits on a
 fixed prompt, and the ONNX graphs the common exporters write for them, one folder per
 (family, exporter). Needs the packages of requirements.txt (torch, transformers, optimum-onnx,
-onnxruntime-genai, ...), which kvx's CI does not have; run it in a separate environment:
+onnxruntime-genai, ...), which kvx's CI does not have; run it with the Python of an environment that has
+requirements.txt's packages, and name the Python of the builder's environment (requirements-builder.txt)
+with --builder-python or $KVX_BUILDER_PYTHON when a genai-* exporter runs:
 
-    /work/fixenv/bin/python testdata/exporters/regenerate.py [--family NAME ...] [--exporter NAME ...]
+    python testdata/exporters/regenerate.py [--family NAME ...] [--exporter NAME ...] [--builder-python PY]
 
 Writes, per pair, testdata/exporters/<family>/<exporter>/:
     model.onnx (+ model.onnx.data where the exporter insists), genai_config.json (builder only),
@@ -22,6 +24,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,7 +38,8 @@ import torch
 import transformers
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "python"))
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "python"))
 import exporter_feeds  # noqa: E402  (the test's own feed builder, so regenerate and test agree)
 
 SEED = 1234
@@ -349,8 +353,9 @@ def optimum_export(hf_folder, out):
 
 # onnxruntime-genai's builder imports classes of transformers 5 (Qwen3_5ForConditionalGeneration) while
 # optimum-onnx pins transformers < 4.58, so the builder runs from its own environment
-# (requirements-builder.txt) on the folder this one saved.
-BUILDER_PYTHON = "/work/fixenv-builder/bin/python"
+# (requirements-builder.txt) on the folder this one saved. Its Python: --builder-python, else
+# $KVX_BUILDER_PYTHON (main() refuses a genai-* exporter without one).
+BUILDER_PYTHON = os.environ.get("KVX_BUILDER_PYTHON")
 
 
 def genai_export(hf_folder, out, precision):
@@ -444,6 +449,7 @@ class ExportFailed(Exception):
 
     def __init__(self, stage, error):
         message = re.sub(r"/tmp/\w+", "<hf folder>", f"{type(error).__name__}: {error}")
+        message = message.replace(f"{REPO}/", "")  # the repository's paths as relative ones: no machine's path
         super().__init__(f"{stage}: " + last_error_line(message))
         self.stage = stage
 
@@ -519,7 +525,12 @@ def main():
     parser.add_argument("--exporter", action="append", choices=list(EXPORTERS), help="default: all")
     parser.add_argument("--hf-weights-only", action="store_true",
                         help="write only <family>/hf_weights.safetensors (checked against hf_logits.npy)")
+    parser.add_argument("--builder-python", default=BUILDER_PYTHON,
+                        help="the Python of the builder's environment (requirements-builder.txt), for the genai-* "
+                             "exporters; default: $KVX_BUILDER_PYTHON")
     args = parser.parse_args()
+    set_builder_python(parser, args.builder_python, any(e.startswith("genai") for e in args.exporter or EXPORTERS)
+                       and not args.hf_weights_only)
     if args.hf_weights_only:
         for family in args.family or FAMILIES:
             write_hf_weights(family, prompt_ids())
@@ -546,6 +557,15 @@ def main():
                 write_summary(summary_path, not_made_path, summary)  # after every pair: an interrupted run keeps them
     write_summary(summary_path, not_made_path, summary)
     return 0
+
+
+def set_builder_python(parser, python, needed):
+    """Uses python for the builder; a parser error when a genai-* exporter needs one and none is named."""
+    global BUILDER_PYTHON
+    if needed and not python:
+        parser.error("the genai-* exporters run in the builder's environment: name its Python with --builder-python "
+                     "or $KVX_BUILDER_PYTHON (or leave them out with --exporter)")
+    BUILDER_PYTHON = python
 
 
 def write_summary(summary_path, not_made_path, summary):

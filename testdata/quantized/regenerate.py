@@ -3,10 +3,11 @@
 own logits, for the converter's quantized-matrix tests (tests/python/test_convert_quantized.py).
 
 Needs onnx_ir (ORT's MatMulNBitsQuantizer imports it) and, for the builder fixture, torch, transformers and
-onnxruntime-genai, which kvx's CI does not have; run it in the fixture environments
-(testdata/exporters/README.md):
+onnxruntime-genai, which kvx's CI does not have; run it with the Python of the exporter fixtures' environment
+(testdata/exporters/README.md, requirements.txt), naming the Python of the builder's environment
+(requirements-builder.txt) with --builder-python or $KVX_BUILDER_PYTHON:
 
-    /work/fixenv/bin/python testdata/quantized/regenerate.py
+    python testdata/quantized/regenerate.py --builder-python PY
 
 Writes, per fixture, testdata/quantized/<name>/: model.onnx (+ model.onnx.data for the builder's),
 prompt.json, fixture.json (how it was made, tool versions, the context length) and two logits files, each
@@ -31,7 +32,9 @@ ORT's quantizer makes of it in each of NBITS' configurations (packed B, scales, 
 them out), for the fp16 path of kvx's --quantize, which the fp32 graphs above do not reach.
 """
 
+import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -51,7 +54,7 @@ import exporter_feeds  # noqa: E402  (the tests' own feed builder, so regenerate
 
 SOURCE = REPO / "testdata" / "quantized" / "source"  # llama3-untied's TorchScript graph, full-precision weights
 BUILDER_FAMILY = "llama-tied"
-BUILDER_PYTHON = "/work/fixenv-builder/bin/python"
+BUILDER_PYTHON = os.environ.get("KVX_BUILDER_PYTHON")  # main() sets it from --builder-python, else this
 NBITS = [(bits, block, symmetric) for bits in (4, 8) for block in (16, 32, 128) for symmetric in (True, False)]
 
 
@@ -195,6 +198,15 @@ def make_fp16_rtn_cases():
 
 
 def main():
+    global BUILDER_PYTHON
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--builder-python", default=BUILDER_PYTHON,
+                        help="the Python of onnxruntime-genai's builder environment (testdata/exporters/"
+                             "requirements-builder.txt); default: $KVX_BUILDER_PYTHON")
+    BUILDER_PYTHON = parser.parse_args().builder_python
+    if not BUILDER_PYTHON:
+        parser.error("the builder fixture runs in the builder's environment: name its Python with --builder-python "
+                     "or $KVX_BUILDER_PYTHON")
     prompt = json.loads((SOURCE / "prompt.json").read_text())
     make_fp16_rtn_cases()
     make_nbits_fixtures(prompt)

@@ -1,5 +1,6 @@
 """The end-to-end benchmark's own arithmetic and files (kvx_tools.bench), on tiny inputs made here:
-write_gguf.py's F32/F16 rewrite of a quantized GGUF, and speed_of_light.py's bytes per decoded token."""
+write_gguf.py's F32/F16 rewrite of a quantized GGUF, speed_of_light.py's bytes per decoded token, and the
+paths a result file records (kvx_tools.checkout.recorded_path)."""
 import json
 import stat
 import subprocess
@@ -14,6 +15,7 @@ from gguf.quants import dequantize, quantize
 from safetensors.numpy import save_file
 
 from kvx_tools.bench import kernel_summary, speed_of_light
+from kvx_tools.checkout import REPO, recorded_path
 
 
 def write_q8_gguf(path, matrix, norm):
@@ -88,6 +90,15 @@ def write_model_dir(directory, tied, dtype=np.float32):
     config = {"n_layers": 2, "n_kv_heads": 1, "head_dim": 4, "tied_embeddings": tied,
               "weights": {"file": "model.safetensors"}}
     (Path(directory) / "config.json").write_text(json.dumps(config))
+
+
+class RecordedPathTest(unittest.TestCase):
+    def test_checkout_paths_become_relative_other_absolute_paths_their_name(self):
+        self.assertEqual(recorded_path(REPO / "build" / "bin" / "kvx"), "build/bin/kvx")
+        self.assertEqual(recorded_path(f"{REPO}/.cache/models/m/fixture/model"), ".cache/models/m/fixture/model")
+        self.assertEqual(recorded_path("/opt/venvs/llama/bin/python"), "python")
+        for kept in ("generate", "-m", "128", "relative/model", "<first 128 ids of bench/prompts/x.txt>"):
+            self.assertEqual(recorded_path(kept), kept)
 
 
 class KernelSummaryTest(unittest.TestCase):

@@ -13,8 +13,8 @@
 #include "backend_choice.h"
 #include "commands.h"
 #include "engine/cache/kv_cache_manager.h"
-#include "engine/runtime/decoder_plan.h"
 #include "engine/serving/scheduler.h"
+#include "engine/serving/serving_kv_pool.h"
 #include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 #include "serve/http_server.h"
@@ -32,29 +32,16 @@ struct ServeOptions {
     std::string alias;  // the model's id in the API; empty: the model directory's name
 };
 
-constexpr int64_t kDefaultKvMemory = int64_t{1} << 30;
-
-// KV bytes of one block, every layer counted (a windowed layer group's pool is sized from the full one's): the
-// plan's bytes per block of one group that holds every layer.
-int64_t kv_block_bytes(const ModelConfig& c, const RunOptions& run) {
-    const DecoderPlan plan(c, layer_groups(c.n_layers, 0, {}, 1, 1), run.block_size, kv_dtype_for(run.kv_dtype));
-    return static_cast<int64_t>(plan.kv().bytes_per_block(0));
-}
-
-// --kv-blocks, else what --kv-memory holds, else enough for max-seqs sequences of the whole context within
-// 1 GiB; never less than one sequence of the whole context.
+// --kv-blocks, else what --kv-memory holds, else the engine's default for max-seqs sequences.
 int32_t pool_blocks(const ServeOptions& o, const ModelConfig& c, int32_t context) {
-    const int64_t per_context = blocks_for(context, std::max(o.run.block_size, 1)) + 1;
-    if (o.kv_blocks > 0) return o.kv_blocks;
-    const int64_t bytes = std::max<int64_t>(kv_block_bytes(c, o.run), 1);
-    if (o.kv_memory > 0) {
-        const int64_t blocks = o.kv_memory / bytes;
-        if (blocks < 1) throw Error("--kv-memory " + std::to_string(o.kv_memory) + " holds no KV block of " +
-                                    std::to_string(bytes) + " bytes");
-        return static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
-    }
-    const int64_t wanted = std::min(per_context * o.scheduler.max_seqs, std::max<int64_t>(kDefaultKvMemory / bytes, 1));
-    return static_cast<int32_t>(std::clamp<int64_t>(wanted, per_context, INT32_MAX));
+    ServingKvPoolRequest request;
+    request.context = context;
+    request.block_size = o.run.block_size;
+    request.kv_dtype = kv_dtype_for(o.run.kv_dtype);
+    request.max_seqs = o.scheduler.max_seqs;
+    request.kv_blocks = o.kv_blocks;
+    request.kv_memory = o.kv_memory;
+    return serving_kv_pool_blocks(c, request);
 }
 
 void run_serve(ServeOptions o) {

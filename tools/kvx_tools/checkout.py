@@ -4,3 +4,14 @@ default. The converter and the exporters need none of it, so a copy installed ou
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def recorded_path(arg):
+    """arg as a result file records it: a path inside the checkout relative to it, any other absolute path by
+    its last name (a venv's python, a model kept elsewhere), anything else as it is, so that what is committed
+    names no machine's folders."""
+    text = str(arg)
+    if not text.startswith("/"):
+        return text
+    path = Path(text)
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name

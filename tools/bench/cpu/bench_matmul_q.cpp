@@ -54,8 +54,14 @@ struct QuantData {
 QuantData make_data(int bits, int n, int k, int m, bool row_groups) {
     QuantData d;
     d.padded_k = static_cast<int32_t>(quant_padded_cols(k, kBlock));
-    d.q_bytes = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k) * static_cast<size_t>(bits) / 8;
-    d.scale_count = static_cast<size_t>(m) * static_cast<size_t>(d.padded_k / kBlock);
+    QuantMatrix shape;  // the tables' sizes depend on these fields only
+    shape.bits = bits;
+    shape.block = kBlock;
+    shape.padded_cols = d.padded_k;
+    shape.scales_f16 = true;
+    const QuantTableBytes table_bytes = quant_table_bytes(shape, m);
+    d.q_bytes = table_bytes.q;
+    d.scale_count = table_bytes.scales / sizeof(uint16_t);
     d.copies = std::max<size_t>(1, kRotationBytes / static_cast<size_t>(d.weight_bytes()));
     const size_t q_total = d.copies * d.q_bytes;  // even: q8 rows and q4 rows of 16-byte groups
     d.tables = cpu::HugePageBuffer(q_total + d.copies * d.scale_count * sizeof(uint16_t));

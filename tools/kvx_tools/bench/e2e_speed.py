@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checkout import REPO
+from ..checkout import REPO, recorded_path
 from .e2e_engines import Kvx, LlamaCpp, OrtGenai, RunC
 from .e2e_prompts import prompt_ids
 from .e2e_quantized_models import ort_int4_model, smollm2_quantized_models
@@ -225,8 +225,8 @@ def case_record(case, cases, bandwidth):
     ceiling = ceiling_tokens_per_s(bandwidth[engine.threads], bytes_per_token)
     decode = stats(m.decode_tokens_per_s for m in case.runs)
     ids = ",".join(map(str, case.prompt))  # named, not listed, in the recorded command
-    command = [f"<first {prompt_len} ids of bench/prompts/{case.prompt_file}.txt>" if a == ids and ids else a
-               for a in engine.command(case.prompt, case.n_new)]
+    command = [f"<first {prompt_len} ids of bench/prompts/{case.prompt_file}.txt>" if a == ids and ids
+               else recorded_path(a) for a in engine.command(case.prompt, case.n_new)]
     return {
         "model": case.model, "engine": engine.name, "precision": engine.precision, "threads": engine.threads,
         "prompt_tokens": prompt_len, "new_tokens": case.n_new, "command": command,
