@@ -6,8 +6,8 @@
 // cache option is an edit here, not in each backend. A new family built of traits kvx already computes costs
 // nothing here: it is a row of engine/model/families.json (or only config.json's fields), and a matcher in the
 // converter (tools/kvx_tools/convert/blocks/) where its export spells a part the matchers do not read yet. A
-// new trait costs more: its kernel on each backend, its step in each backend's forward pass, and here the
-// width of any buffer it adds.
+// new trait costs more: its kernel on each backend (an op of each backend's Ops), its step in the one forward
+// recipe (engine/runtime/forward_recipe.h), and here the width of any buffer it adds.
 //
 // KV pools (one K and one V per layer, in the pool of the layer's group; engine/cache/kv_cache_groups.h):
 //
