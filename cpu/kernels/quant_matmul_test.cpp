@@ -25,19 +25,8 @@ using kvx::QuantRowGroups;
 using kvx::cpu::testing::for_each_level;
 using kvx::cpu::testing::nan_filled;
 using kvx::cpu::testing::random_floats;
+using kvx::testing::RandomQuant;
 using kvx::cpu::testing::ThreadCount;
-
-// A random quantized matrix and the storage its QuantMatrix points into.
-struct RandomQuant {
-    std::vector<uint8_t> q;         // [m][row_bytes]
-    std::vector<float> scales32;    // [m][n_blocks], when !f16
-    std::vector<uint16_t> scales16; // [m][n_blocks], when f16
-    std::vector<uint8_t> zeros;     // [m][n_blocks] int8 / uint8 zero points
-    std::vector<float> mins32;      // [m][n_blocks]
-    std::vector<uint16_t> mins16;
-    QuantMatrix w;
-    int m = 0, k = 0;
-};
 
 struct QuantShape {
     int bits = 4;
@@ -45,48 +34,6 @@ struct QuantShape {
     QuantOffset offset = QuantOffset::none;
     bool f16 = false;
 };
-
-RandomQuant random_quant(int m, int k, QuantShape shape, uint32_t seed) {
-    std::mt19937 rng(seed);
-    RandomQuant r;
-    r.m = m;
-    r.k = k;
-    const int64_t padded = kvx::quant_padded_cols(k, shape.block);
-    const int64_t n_blocks = padded / shape.block;
-    const int64_t row_bytes = padded * shape.bits / 8;
-    r.q.assign(static_cast<size_t>(m * row_bytes), 0);
-    std::uniform_int_distribution<int> value(shape.bits == 4 ? 0 : -128, shape.bits == 4 ? 15 : 127);
-    for (int64_t row = 0; row < m; ++row)
-        for (int64_t j = 0; j < k; ++j) {  // the padding stays 0, as the format says
-            const int v = value(rng);
-            uint8_t& byte = r.q[static_cast<size_t>(row * row_bytes + (shape.bits == 8 ? j : j / 32 * 16 + j % 16))];
-            if (shape.bits == 8)
-                byte = static_cast<uint8_t>(static_cast<int8_t>(v));
-            else
-                byte = static_cast<uint8_t>(j % 32 < 16 ? (byte & 0xf0) | v : (byte & 0x0f) | (v << 4));
-        }
-    const size_t blocks = static_cast<size_t>(m * n_blocks);
-    const std::vector<float> scales = random_floats(blocks, seed + 1, -0.02f, 0.02f);
-    const std::vector<float> mins = random_floats(blocks, seed + 2, -0.2f, 0.2f);
-    for (size_t b = 0; b < blocks; ++b) {
-        r.scales32.push_back(scales[b]);
-        r.scales16.push_back(kvx::f32_to_f16(scales[b]));
-        r.mins32.push_back(mins[b]);
-        r.mins16.push_back(kvx::f32_to_f16(mins[b]));
-        r.zeros.push_back(static_cast<uint8_t>(shape.bits == 4 ? value(rng) : static_cast<int8_t>(value(rng))));
-    }
-    r.w.q = r.q.data();
-    r.w.bits = shape.bits;
-    r.w.block = shape.block;
-    r.w.padded_cols = static_cast<int32_t>(padded);
-    r.w.scales_f16 = shape.f16;
-    r.w.scales = shape.f16 ? static_cast<const void*>(r.scales16.data()) : r.scales32.data();
-    r.w.offset = shape.offset;
-    if (shape.offset == QuantOffset::zero_points) r.w.offsets = r.zeros.data();
-    if (shape.offset == QuantOffset::mins)
-        r.w.offsets = shape.f16 ? static_cast<const void*>(r.mins16.data()) : r.mins32.data();
-    return r;
-}
 
 // matmul_q of r's matrix, or of w (r's copied into another layout) when given.
 std::vector<float> run_matmul_q(const KernelTable& kernels, const std::vector<float>& x, const RandomQuant& r, int n,
@@ -100,7 +47,7 @@ TEST_CASE("row groups hold every integer and scale where the format says", "[mat
     for (int m : {1, 7, 8, 9, 20})
         for (int k : {1, 32, 100})
             for (bool f16 : {false, true}) {
-                const RandomQuant r = random_quant(m, k, {4, 32, QuantOffset::none, f16}, static_cast<uint32_t>(m * 100 + k));
+                const RandomQuant r(m, k, 4, 32, QuantOffset::none, f16, static_cast<uint32_t>(m * 100 + k));
                 const QuantRowGroups groups(r.w, m);
                 const QuantMatrix& g = groups.matrix();
                 REQUIRE(g.layout == QuantLayout::row_groups);
@@ -120,7 +67,7 @@ TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q
         for (int k : {33, 576})
             for (bool f16 : {false, true}) {
                 const int m = 29;
-                const RandomQuant r = random_quant(m, k, {4, 32, QuantOffset::none, f16}, static_cast<uint32_t>(n * 7 + k));
+                const RandomQuant r(m, k, 4, 32, QuantOffset::none, f16, static_cast<uint32_t>(n * 7 + k));
                 const QuantRowGroups groups(r.w, m);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k));
                 std::vector<float> first;
@@ -141,7 +88,7 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
                                  QuantShape{4, 64, QuantOffset::mins, false}})
             for (int k : {33, 576, 1100}) {
                 const int n = 9, m = 131;
-                const RandomQuant r = random_quant(m, k, shape, ++seed);
+                const RandomQuant r(m, k, shape.bits, shape.block, shape.offset, shape.f16, ++seed);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);
                 const bool fits = kvx::row_groups_fit(r.w);
                 const std::unique_ptr<QuantRowGroups> groups = fits ? std::make_unique<QuantRowGroups>(r.w, m) : nullptr;
@@ -176,10 +123,10 @@ TEST_CASE("matmuls gives a quantized part the bits of its own matmul_q", "[matmu
                 const ThreadCount scope(threads);
                 const int k = 576;
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, 77);
-                const RandomQuant q4 = random_quant(192, k, {4, 32, QuantOffset::none, true}, 78);
-                const RandomQuant q8 = random_quant(13, k, {8, 32, QuantOffset::none, false}, 79);
+                const RandomQuant q4(192, k, 4, 32, QuantOffset::none, true, 78);
+                const RandomQuant q8(13, k, 8, 32, QuantOffset::none, false, 79);
                 // 61 rows in row groups, after 13: the threads' shares cut its groups.
-                const RandomQuant grouped = random_quant(61, k, {4, 32, QuantOffset::none, false}, 81);
+                const RandomQuant grouped(61, k, 4, 32, QuantOffset::none, false, 81);
                 const QuantRowGroups groups(grouped.w, grouped.m);
                 const std::vector<float> w32 = random_floats(size_t{64} * k, 80);
                 std::vector<float> out_q4 = nan_filled(size_t(n) * 192), out_q8 = nan_filled(size_t(n) * 13),

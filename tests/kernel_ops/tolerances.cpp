@@ -2,7 +2,7 @@
 //
 // Each bound is what the kernel's arithmetic allows against an oracle in double, with room for the worst
 // shape in the table, and tight enough that a wrong index, block boundary, rounding or tail fails by far
-// more (the mutation checks in tests/kernel_ops/README.md). device_value differs only where the GPU's libm
+// more (the planted bugs of tests/kernel_ops/README.md). device_value differs only where the GPU's libm
 // (expf, tanhf, erfcf: 2 to 4 ulp) replaces the CPU levels' polynomials whose error was measured.
 #include <algorithm>
 #include <cmath>
