@@ -31,7 +31,7 @@ LAYERS = [
     ["tools/kvx", "tools/bench/support", "tools/cuda_emulation"],  # the command line, benchmark support
     ["tools/bench/cpu", "tools/bench/cuda", "tools/bench/engine"],  # benchmarks (and kvx_cuda_decode)
     ["tools/bench"],                                        # kvx-bench and kvx_read_bandwidth: the mains
-    ["tests", "tests/fuzz"],                                # tests, wherever they sit; the fuzz targets
+    ["tests", "tests/fuzz", "tests/kernel_ops"],            # tests, wherever they sit; the fuzz targets; the ops harness
 ]
 TESTS = "tests"
 SOURCE_EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".inc")

@@ -1,0 +1,61 @@
+// The runner: every row of the table on every implementation, a line per failure, one summary line.
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "tests/kernel_ops/op_harness.h"
+
+namespace kvx::ops {
+
+int run_table(const std::vector<Implementation>& implementations, const std::string& filter) {
+    const auto start = std::chrono::steady_clock::now();
+    int ops = 0, shapes = 0, rows = 0, passed = 0, failed = 0, not_applicable = 0;
+    std::map<std::string, int> passed_by_impl;
+    for (const Op& op : op_table()) {
+        if (!filter.empty() && op.name.find(filter) == std::string::npos) continue;
+        ++ops;
+        shapes += static_cast<int>(op.shapes.size());
+        uint32_t seed = 1;
+        for (const Shape& shape : op.shapes) {
+            ++seed;  // one seed a shape: every implementation sees the same inputs
+            for (const Implementation& impl : implementations) {
+                if (impl.is_reference && !op.checks_reference) continue;  // it would be its own oracle
+                if (!op.applies(impl, shape)) {
+                    ++not_applicable;
+                    continue;
+                }
+                ++rows;
+                Verdict verdict;
+                try {
+                    verdict = op.check(impl, shape, seed * 7919u);
+                } catch (const std::exception& e) {
+                    verdict = {false, std::string("threw: ") + e.what()};
+                }
+                if (verdict.pass) {
+                    ++passed;
+                    ++passed_by_impl[impl.name];
+                } else {
+                    ++failed;
+                    std::printf("FAIL %s [%s] on %s: %s\n", op.name.c_str(), shape.label.c_str(), impl.name.c_str(),
+                                verdict.detail.c_str());
+                }
+            }
+        }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("kernel ops: %d ops x %d shapes x %zu implementations:", ops, shapes, implementations.size());
+    for (const Implementation& impl : implementations) std::printf(" %s", impl.name.c_str());
+    std::printf("\nkernel ops: %d rows run, %d passed, %d failed, %d not applicable, in %.1f s", rows, passed, failed,
+                not_applicable, seconds);
+    std::printf(" (passed:");
+    for (const auto& [name, count] : passed_by_impl) std::printf(" %s %d", name.c_str(), count);
+    std::printf(")\n");
+    if (rows == 0) {
+        std::printf("kernel ops: no row ran: a harness that checks nothing must not pass\n");
+        return 1;
+    }
+    return failed;
+}
+
+}  // namespace kvx::ops
