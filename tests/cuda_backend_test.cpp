@@ -8,13 +8,13 @@
 #include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
 #include "cuda/backend/cuda_backend.h"
+#include "engine/files/npy.h"
 #include "engine/generation/beam_search.h"
 #include "engine/generation/generator.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/generation/position_logits.h"
-#include "engine/model/npy.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "fixtures.h"
 
 using namespace kvx;

@@ -11,8 +11,8 @@
 
 #include "cpu/backend/cpu_backend.h"
 #include "engine/generation/generator.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/model/model.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "fixtures.h"
 #include "kernels/error.h"
 

@@ -11,8 +11,8 @@
 
 #include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
+#include "engine/files/npy.h"
 #include "engine/generation/position_logits.h"
-#include "engine/model/npy.h"
 
 namespace kvx::test {
 

@@ -14,12 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/files/json_file.h"
+#include "engine/files/npy.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/model/architecture.h"
-#include "engine/model/json_file.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
-#include "engine/model/npy.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 #include "temp_folder.h"
 

@@ -7,8 +7,8 @@
 
 #include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
+#include "engine/files/npy.h"
 #include "engine/generation/position_logits.h"
-#include "engine/model/npy.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/sampler.h"
 #include "fixtures.h"

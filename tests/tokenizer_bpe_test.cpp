@@ -9,9 +9,9 @@
 #include <thread>
 #include <unistd.h>
 
+#include "engine/generation/load_tokenizer.h"
 #include "engine/model/model_config.h"
 #include "engine/tokenizer/byte_level.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
 #include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"

@@ -15,9 +15,9 @@
 #include "cpu/backend/huge_page_buffer.h"
 #include "cpu/backend/weight_copies.h"
 #include "cpu/kernels/cpu_kernels.h"
-#include "engine/model/mapped_file.h"
-#include "kernels/f16_row_groups.h"
+#include "engine/files/mapped_file.h"
 #include "fixtures.h"
+#include "kernels/f16_row_groups.h"
 
 using namespace kvx;
 using namespace kvx::test;

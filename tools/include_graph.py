@@ -22,10 +22,10 @@ from collections import defaultdict
 # Lowest first. A folder's sources may include the folders of lower layers only.
 LAYERS = [
     ["kernels"],                                            # the kernel contract, fp16, errors, the reference
-    ["cpu/kernels", "cuda/kernels", "engine/cache"],        # kernel implementations; cache bookkeeping
-    ["engine/model"],                                       # config, weights, family traits
-    ["engine/tokenizer", "engine/runtime"],                 # tokenizers; Engine, Backend, DecoderPlan, sampler
-    ["engine/generation", "cpu/backend", "cuda/backend"],   # decoding loops; the backends
+    ["cpu/kernels", "cuda/kernels", "engine/cache", "engine/files"],  # kernels; cache bookkeeping; file readers
+    ["engine/model", "engine/tokenizer"],                   # config, weights, family traits; tokenizers
+    ["engine/runtime"],                                     # Engine, Backend, DecoderPlan, sampler
+    ["engine/generation", "cpu/backend", "cuda/backend"],   # decoding loops, load_tokenizer; the backends
     ["engine/serving"],                                     # continuous batching: scheduler, request streams
     ["tools/kvx/serve"],                                    # kvx serve's HTTP front: the OpenAI API
     ["tools/kvx", "tools/bench/support", "tools/cuda_emulation"],  # the command line, benchmark support

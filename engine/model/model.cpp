@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include "engine/files/json_file.h"
+#include "engine/files/regular_file.h"
 #include "engine/model/chat_format.h"
-#include "engine/model/json_file.h"
-#include "engine/model/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "engine/model/json_file.h"
+#include "engine/files/json_file.h"
 #include "kernels/error.h"
 
 namespace kvx {

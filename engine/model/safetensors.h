@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/mapped_file.h"
+#include "engine/files/mapped_file.h"
 
 namespace kvx {
 

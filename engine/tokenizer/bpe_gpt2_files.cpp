@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <string_view>
 
-#include "engine/model/json_file.h"
-#include "engine/model/regular_file.h"
+#include "engine/files/json_file.h"
+#include "engine/files/regular_file.h"
 #include "engine/tokenizer/bpe_spec.h"
 #include "kernels/error.h"
 

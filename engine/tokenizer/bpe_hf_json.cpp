@@ -4,7 +4,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "engine/model/json_file.h"
+#include "engine/files/json_file.h"
 #include "engine/tokenizer/bpe_spec.h"
 #include "kernels/error.h"
 

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "engine/model/json_file.h"
+#include "engine/files/json_file.h"
 #include "kernels/error.h"
 
 namespace kvx {

@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/model/model_config.h"
 #include "engine/tokenizer/bpe_added_tokens.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/bpe_pretokenizer.h"
@@ -27,17 +26,20 @@ struct BpeTokenizerSpec {
 
 // The largest tokenizer file read (Gemma 3's tokenizer.json is about 33 MB).
 inline constexpr size_t kMaxTokenizerFileBytes = size_t{256} << 20;
+// The ids a tokenizer read without a model may use: as many as a model's vocabulary may hold
+// (ConfigLimits::vocab_size; engine/generation/load_tokenizer.cpp, which sees both, holds them equal).
+inline constexpr int64_t kMaxTokenizerIds = int64_t{1} << 22;
 
 // HF tokenizer.json: a BPE model over the byte-level alphabet with the components BpeTokenizer implements;
 // anything else is a kvx::Error naming the component. Every token id must be below id_limit (the model's
 // vocabulary size where there is a model): BpeTokenizer's tables are as long as the largest id, so an id is
 // checked before anything is sized by it.
-BpeTokenizerSpec read_hf_tokenizer_json(const std::string& path, int64_t id_limit = ConfigLimits::vocab_size);
+BpeTokenizerSpec read_hf_tokenizer_json(const std::string& path, int64_t id_limit = kMaxTokenizerIds);
 
 // GPT-2's own files: encoder.json (token -> id) and vocab.bpe (a "#version" line, then one merge "a b" per
 // line in rank order), with GPT-2's pre-tokenizer and <|endoftext|> as its special token.
 BpeTokenizerSpec read_gpt2_tokenizer(const std::string& encoder_path, const std::string& merges_path,
-                                     int64_t id_limit = ConfigLimits::vocab_size);
+                                     int64_t id_limit = kMaxTokenizerIds);
 
 // Shared by both readers.
 std::vector<std::pair<std::string, int32_t>> read_vocab(const nlohmann::json& vocab, const std::string& source,

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {

@@ -1,11 +1,11 @@
-// .npy files (engine/model/npy.cpp): reading any bytes, and writing any shape against any array (the writer
+// .npy files (engine/files/npy.cpp): reading any bytes, and writing any shape against any array (the writer
 // refuses a shape that does not match what it is given); what it wrote reads back the same.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstring>
 #include <vector>
 
-#include "engine/model/npy.h"
+#include "engine/files/npy.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

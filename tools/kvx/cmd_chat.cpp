@@ -17,7 +17,7 @@
 #include "cache_report.h"
 #include "commands.h"
 #include "engine/generation/chat_session.h"
-#include "engine/tokenizer/load_tokenizer.h"
+#include "engine/generation/load_tokenizer.h"
 #include "kernels/error.h"
 #include "output.h"
 #include "sampling_options.h"

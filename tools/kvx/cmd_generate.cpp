@@ -9,7 +9,7 @@
 #include "cache_report.h"
 #include "commands.h"
 #include "engine/generation/generator.h"
-#include "engine/tokenizer/load_tokenizer.h"
+#include "engine/generation/load_tokenizer.h"
 #include "kernels/error.h"
 #include "output.h"
 #include "sampling_options.h"

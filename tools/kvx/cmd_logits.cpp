@@ -5,9 +5,9 @@
 
 #include "backend_choice.h"
 #include "commands.h"
+#include "engine/files/npy.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/generation/position_logits.h"
-#include "engine/model/npy.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 #include "token_list.h"
 

@@ -5,8 +5,8 @@
 
 #include "backend_choice.h"
 #include "commands.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/generation/perplexity.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 #include "text_file.h"
 

@@ -13,9 +13,9 @@
 #include "backend_choice.h"
 #include "commands.h"
 #include "engine/cache/kv_cache_manager.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/serving/scheduler.h"
 #include "engine/serving/serving_kv_pool.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 #include "serve/http_server.h"
 

@@ -6,8 +6,8 @@
 
 #include "backend_choice.h"
 #include "commands.h"
+#include "engine/generation/load_tokenizer.h"
 #include "engine/model/model.h"
-#include "engine/tokenizer/load_tokenizer.h"
 #include "kernels/error.h"
 #include "output.h"
 #include "text_file.h"

@@ -1,4 +1,4 @@
-"""The rule the tools follow before opening an input file, as kvx's loader does (engine/model/regular_file.h):
+"""The rule the tools follow before opening an input file, as kvx's loader does (engine/files/regular_file.h):
 it must be a regular file. Opening a FIFO blocks until something writes to it, for ever if nothing does, and a
 device can be endless; a directory only gives a confusing error later."""
 

@@ -1,4 +1,4 @@
-#include "engine/model/mapped_file.h"
+#include "engine/files/mapped_file.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {

@@ -1,12 +1,17 @@
-#include "engine/tokenizer/load_tokenizer.h"
+#include "engine/generation/load_tokenizer.h"
 
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
+#include "engine/tokenizer/bpe_spec.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
 #include "engine/tokenizer/tokenizer_llama2c.h"
 #include "kernels/error.h"
 
 namespace kvx {
 namespace {
+
+// A tokenizer read without a model (kvx tokenize on a bare tokenizer.json) takes ids up to the largest
+// vocabulary a model may declare, no fewer and no more.
+static_assert(kMaxTokenizerIds == ConfigLimits::vocab_size);
 
 class Llama2cAdapter final : public Tokenizer {
 public:

@@ -1,8 +1,8 @@
-#include "engine/model/json_file.h"
+#include "engine/files/json_file.h"
 
 #include <optional>
 
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {

@@ -1,4 +1,4 @@
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
 
 #include <algorithm>
 #include <cerrno>

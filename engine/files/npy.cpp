@@ -1,4 +1,4 @@
-#include "engine/model/npy.h"
+#include "engine/files/npy.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <regex>
 
-#include "engine/model/regular_file.h"
+#include "engine/files/regular_file.h"
 #include "kernels/error.h"
 
 namespace kvx {
