@@ -1,6 +1,8 @@
 """tools/include_graph.py on small trees made for each rule, so that the check ctest runs on the repository
 (include_graph) is known to catch what it claims: upward and sideways includes, cycles between components
-and between folders, includes of missing files or of tests, and folders outside the layers."""
+and between folders, includes of missing files or of tests, folders outside the layers, and includes without
+the CMake link behind them (targets made in a foreach, includes under an #if). test_include_graph_planted.py
+plants each kind of bad edge in a copy of the repository."""
 import importlib.util
 import os
 import tempfile
@@ -82,6 +84,42 @@ class IncludeGraphTest(unittest.TestCase):
         self.assertIn('engine/cache/pool.h:1: #include "engine/cache/gone.h" names no file (beside it or from the '
                       "root)", problems)
         self.assertIn("folder plugins is in no layer of tools/include_graph.py's LAYERS", problems)
+
+    def test_targets_made_in_a_foreach_and_from_variables_are_held_to_their_links(self):
+        _, problems = self.problems({
+            "engine/model/model.h": "#pragma once\n",
+            "engine/model/model.cpp": '#include "engine/model/model.h"\n',
+            "engine/model/CMakeLists.txt": "set(model_sources model.cpp)\n"
+                                           "add_library(kvx_model STATIC ${model_sources})\n",
+            "tests/fuzz/fuzz_a.cpp": '#include "engine/model/model.h"\n',
+            "tests/fuzz/fuzz_b.cpp": '#include "engine/model/model.h"\n',
+            "tests/fuzz/CMakeLists.txt": "set(names a  # the first\n  b)\nforeach(name IN LISTS names)\n"
+                                         "  add_executable(fuzz_${name} fuzz_${name}.cpp)\nendforeach()\n"
+                                         "target_link_libraries(fuzz_a PRIVATE kvx_model)\n",
+        })
+        self.assertEqual(problems, ['tests/fuzz/fuzz_b.cpp:1: #include "engine/model/model.h": include without a link: '
+                                    "fuzz_b (tests/fuzz/CMakeLists.txt) links no target that builds "
+                                    "engine/model/model.h (kvx_model)"])
+
+    def test_an_include_under_an_if_needs_one_target_and_a_folder_no_target_builds_needs_none(self):
+        files = {
+            "kernels/kernels.h": "#pragma once\n",
+            "cuda/backend/cuda_backend.h": "#pragma once\n",
+            "cuda/backend/cuda_backend.cpp": '#include "cuda/backend/cuda_backend.h"\n',
+            "cuda/backend/CMakeLists.txt": "add_library(kvx_cuda_backend STATIC cuda_backend.cpp)\n",
+            "tests/traits_test.cpp": '#include "kernels/kernels.h"\n#ifdef ON_CUDA\n'
+                                     '#include "cuda/backend/cuda_backend.h"\n#endif\n',
+            "tests/CMakeLists.txt": "add_executable(traits traits_test.cpp)\n"
+                                    "add_executable(cuda_traits traits_test.cpp)\n"
+                                    "target_link_libraries(cuda_traits PRIVATE kvx_cuda_backend)\n",
+        }
+        self.assertEqual(self.problems(files)[1], [])
+        files["tests/CMakeLists.txt"] = files["tests/CMakeLists.txt"].replace("cuda_traits PRIVATE", "traits PRIVATE")
+        self.assertEqual(self.problems(files)[1], [])  # still one target that links it
+        files["tests/CMakeLists.txt"] = "add_executable(traits traits_test.cpp)\n"
+        self.assertEqual(self.problems(files)[1], ['tests/traits_test.cpp:3: #include "cuda/backend/cuda_backend.h": '
+                                                   "include without a link: traits (tests/CMakeLists.txt) links no "
+                                                   "target that builds cuda/backend/cuda_backend.h (kvx_cuda_backend)"])
 
 
 if __name__ == "__main__":
