@@ -8,12 +8,10 @@
 
 #include "cpu/backend/cpu_backend.h"
 #include "cpu/kernels/cpu_kernels.h"
+#include "cuda_plugin_loader.h"
 #include "data_dir.h"
 #include "kernels/error.h"
 #include "kernels/kernels.h"
-#ifdef KVX_WITH_CUDA
-#include "cuda/backend/cuda_backend.h"
-#endif
 
 namespace kvx::cli {
 namespace {
@@ -32,23 +30,17 @@ std::string chosen_simd(const RunOptions& options) {
     return options.simd;
 }
 
-// --device, checked against the other flags before the model loads.
+// --device, checked against the other flags, and the CUDA plugin loaded, before the model loads.
 void check_device(const RunOptions& options) {
     if (options.device == "cpu") return;
     if (options.device != "cuda") throw Error("unknown --device '" + options.device + "' (use cpu or cuda)");
-#ifndef KVX_WITH_CUDA
-    throw Error("--device cuda: this kvx was built without the CUDA backend (no nvcc when it was configured, or "
-                "-DKVX_CUDA=OFF)");
-#else
     if (options.simd != "auto")
         throw Error("--simd " + options.simd + " chooses CPU kernels: it cannot go with --device cuda");
-#endif
+    load_cuda_plugin();
 }
 
 std::unique_ptr<Backend> make_backend(const Model& model, const RunOptions& options) {
-#ifdef KVX_WITH_CUDA
-    if (options.device == "cuda") return std::make_unique<cuda::CudaBackend>(model);
-#endif
+    if (options.device == "cuda") return make_cuda_backend(model);
     return std::make_unique<cpu::CpuBackend>(model, kernels_for(chosen_simd(options)));
 }
 

@@ -10,8 +10,12 @@
 
 namespace kvx::cli {
 
-// <folder of the running kvx, symlinks resolved>/KVX_DATA_FROM_BIN, normalised. Throws kvx::Error when the
-// running binary cannot be found (no /proc/self/exe).
+// The folder of the running kvx, symlinks resolved: what data_dir and the CUDA plugin's path
+// (cuda_plugin_loader.h) are relative to. Throws kvx::Error when the running binary cannot be found (no
+// /proc/self/exe).
+std::filesystem::path bin_dir();
+
+// bin_dir()/KVX_DATA_FROM_BIN, normalised.
 std::filesystem::path data_dir();
 
 }  // namespace kvx::cli
