@@ -1,5 +1,5 @@
 """kvx loads the CUDA backend only for --device cuda (issue 30): a run on the CPU maps no CUDA library, neither
-linked into kvx nor loaded later, and --device cuda loads the plugin (cuda/backend/cuda_plugin.h).
+linked into kvx nor loaded later, and --device cuda loads the plugin (engine/runtime/backend_plugin.h).
 
 What a run maps comes from the dynamic loader itself (LD_DEBUG=files): it names every object it loads, the
 libraries kvx is linked against and every dlopen() to the end of the run, so nothing escapes the way a look

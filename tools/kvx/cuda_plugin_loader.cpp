@@ -4,7 +4,7 @@
 #include <dlfcn.h>
 #include <string>
 
-#include "cuda/backend/cuda_plugin.h"
+#include "engine/runtime/backend_plugin.h"
 #include "data_dir.h"
 #include "kernels/error.h"
 
@@ -13,7 +13,7 @@ namespace {
 
 // The plugin's factory once loaded; the handle is never closed (backends and the CUDA runtime outlive any
 // point at which closing would be safe).
-KvxCudaPluginCreateBackend loaded_factory = nullptr;
+KvxCreateBackend loaded_factory = nullptr;
 
 }  // namespace
 
@@ -29,19 +29,19 @@ void load_cuda_plugin() {
                     "; it is built where nvcc is found, unless -DKVX_CUDA=OFF)");
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) throw Error("--device cuda: cannot load " + path.string() + ": " + dlerror());
-    void* entry = dlsym(handle, cuda::kCudaPluginEntryPoint);
+    void* entry = dlsym(handle, kCudaPluginEntryPoint);
     if (!entry) {
         dlclose(handle);
         throw Error("--device cuda: " + path.string() + " is not kvx's CUDA plugin (no " +
-                    cuda::kCudaPluginEntryPoint + ")");
+                    kCudaPluginEntryPoint + ")");
     }
-    loaded_factory = reinterpret_cast<KvxCudaPluginCreateBackend>(entry);
+    loaded_factory = reinterpret_cast<KvxCreateBackend>(entry);
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const Model& model) {
     load_cuda_plugin();
     std::array<char, 512> error{};
-    Backend* backend = loaded_factory(cuda::kCudaPluginAbi, &model, error.data(), error.size());
+    Backend* backend = loaded_factory(kBackendPluginAbi, &model, error.data(), error.size());
     if (!backend) throw Error(error.data());
     return std::unique_ptr<Backend>(backend);
 }

@@ -1,4 +1,4 @@
-// --device cuda's backend, from the CUDA plugin (cuda/backend/cuda_plugin.h) that kvx loads only then. kvx
+// --device cuda's backend, from the CUDA plugin (engine/runtime/backend_plugin.h) that kvx loads only then. kvx
 // itself links no CUDA library: the plugin brings the CUDA runtime and cuBLAS along when it is loaded.
 #pragma once
 
