@@ -1,8 +1,10 @@
 // The harness on the CPU: every SIMD level this machine runs (cpu/kernels/cpu_kernels.h), each against the
-// oracles, and the reference where the harness computes the oracle. A level the machine cannot run is named as left out. `kvx_cpu_kernel_ops [op]` runs the ops whose
+// oracles, the best level again at another thread count, and the reference where the harness computes the
+// oracle. A level the machine cannot run is named as left out. `kvx_cpu_kernel_ops [op]` runs the ops whose
 // name contains op.
 #include <algorithm>
 #include <cstdio>
+#include <omp.h>
 #include <string>
 
 #include "cpu/kernels/cpu_kernels.h"
@@ -22,5 +24,14 @@ int main(int argc, char* argv[]) {
         const kvx::KernelTable& table = kvx::cpu::cpu_kernels(level);
         implementations.push_back({.name = table.name, .table = table, .rounds_quant_x = true});
     }
+    // The best level once more on the other side of the thread split: one thread where the default is
+    // several, else two (oversubscribed on one core, which changes only the speed), so that both the serial
+    // path and the split of the work between threads are checked on every machine.
+    const int other_threads = omp_get_max_threads() > 1 ? 1 : 2;
+    const kvx::KernelTable& best = kvx::cpu::cpu_kernels(kvx::cpu::best_simd_level());
+    implementations.push_back({.name = std::string(best.name) + " threads:" + std::to_string(other_threads),
+                               .table = best,
+                               .rounds_quant_x = true,
+                               .threads = other_threads});
     return kvx::ops::run_table(implementations, argc > 1 ? argv[1] : "") == 0 ? 0 : 1;
 }

@@ -34,6 +34,9 @@ struct Implementation {
     bool device_math = false;
     // The reference itself: a row only of ops whose oracle the harness computes (Op::checks_reference).
     bool is_reference = false;
+    // OpenMP threads its rows run on; 0: the process's default (omp_get_max_threads). The CPU levels split
+    // work by thread, so the one-thread and the many-thread paths are different code to check.
+    int threads = 0;
 };
 
 // The quantized matrix of a matmul_q row.

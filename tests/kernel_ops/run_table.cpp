@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <omp.h>
 
 #include "tests/kernel_ops/op_harness.h"
 
@@ -12,6 +13,7 @@ int run_table(const std::vector<Implementation>& implementations, const std::str
     const auto start = std::chrono::steady_clock::now();
     int ops = 0, shapes = 0, rows = 0, passed = 0, failed = 0, not_applicable = 0;
     std::map<std::string, int> passed_by_impl;
+    const int default_threads = omp_get_max_threads();
     for (const Op& op : op_table()) {
         if (!filter.empty() && op.name.find(filter) == std::string::npos) continue;
         ++ops;
@@ -27,11 +29,13 @@ int run_table(const std::vector<Implementation>& implementations, const std::str
                 }
                 ++rows;
                 Verdict verdict;
+                omp_set_num_threads(impl.threads > 0 ? impl.threads : default_threads);
                 try {
                     verdict = op.check(impl, shape, seed * 7919u);
                 } catch (const std::exception& e) {
                     verdict = {false, std::string("threw: ") + e.what()};
                 }
+                omp_set_num_threads(default_threads);
                 if (verdict.pass) {
                     ++passed;
                     ++passed_by_impl[impl.name];
