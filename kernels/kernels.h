@@ -99,8 +99,9 @@ struct KernelTable {
     // fp32 and sums in double. The SIMD levels first round each row of x to int8 in blocks of 32 (one fp32
     // scale per block, amax / 127; q = round(x / scale), as ONNX Runtime's accuracy_level 4 does, or, for a
     // matrix whose x_rounding is ggml, q = round(x * (127 / amax)) with the scale rounded to fp16, as
-    // llama.cpp does) and take integer dot products, block by block; their error against the reference is
-    // that rounding's, at most sum_j |w_j| * scale_x(j) / 2 per output (plus the fp16 scale's 2^-11 for ggml).
+    // llama.cpp does; for ggml_k one fp32 scale per 256, llama.cpp's Q8_K) and take integer dot products, block
+    // by block; their error against the reference is that rounding's, at most sum_j |w_j| * scale_x(j) / 2 per
+    // output (plus the fp16 scale's 2^-11 for ggml).
     void (*matmul_q)(float* out, const float* x, const QuantMatrix& w, int n, int k, int m);
 
     // The layout matmul_q reads fastest; it reads every layout. A backend may copy the matrices that fit it

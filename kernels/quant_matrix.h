@@ -40,6 +40,9 @@ enum class QuantOffset : int32_t {
 enum class QuantXRounding : int32_t {
     onnxruntime,  // per 32: scale = amax / 127 in fp32, q = round(x / scale): ORT's accuracy_level 4 (MLAS)
     ggml,         // per 32: q = round(x * (127 / amax)), scale = amax / 127 rounded to fp16: llama.cpp's Q8_0
+    // per 256: with m the first element of largest |x|, q = min(127, round(x * (-127 / m))), scale = 1 / (-127 / m)
+    // in fp32 (negative for m > 0): llama.cpp's Q8_K, what its K-quant and IQ4_XS dot products take
+    ggml_k,
 };
 
 enum class QuantLayout : int32_t {

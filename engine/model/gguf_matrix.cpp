@@ -352,7 +352,9 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     q.offset = r->offset;
     q.scales_f16 = r->scales_f16;
     q.layout = QuantLayout::rows;
-    q.x_rounding = QuantXRounding::ggml;
+    // As llama.cpp rounds the activations for the type's dot products: Q8_K for the K-quants and IQ4_XS, Q8_0
+    // (Q8_1 for Q4_1 and Q5_1, the same integers and scale) for the others.
+    q.x_rounding = info.block_values == 256 ? QuantXRounding::ggml_k : QuantXRounding::ggml;
     m.dtype = r->bits == 4 ? WeightDtype::q4 : WeightDtype::q8;
     // Every GGUF row is a whole number of blocks of 32 or 256, so padded_cols == cols: nothing to pad.
     const QuantTableBytes t = quant_table_bytes(q, rows);

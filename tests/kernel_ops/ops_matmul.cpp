@@ -68,10 +68,30 @@ Verdict check_matmuls(const Implementation& impl, const Shape& s, uint32_t seed)
     return compare("matmuls", impl, run(impl.table), run(reference));
 }
 
+// The elements one scale of x covers: 256 for ggml_k (llama.cpp's Q8_K), else 32.
+int x_group(QuantXRounding rounding) { return rounding == QuantXRounding::ggml_k ? 256 : 32; }
+
 // x rounded as a SIMD level rounds it for matmul_q (kernels.h): per group of 32, q = rint(x / (amax / 127)) and
-// x~ = q * (amax / 127); for ggml q = rint(x * (127 / amax)) and x~ = q * fp16(amax / 127).
+// x~ = q * (amax / 127); for ggml q = rint(x * (127 / amax)) and x~ = q * fp16(amax / 127); for ggml_k, per 256,
+// with m the first element of largest |x|, q = min(127, rint(x * (-127 / m))) and x~ = q / (-127 / m).
 std::vector<double> rounded_x(const std::vector<float>& x, int n, int k, QuantXRounding rounding) {
     std::vector<double> out(x.size());
+    if (rounding == QuantXRounding::ggml_k) {
+        for (int i = 0; i < n; ++i)
+            for (int g = 0; g * 256 < k; ++g) {
+                const float* xs = x.data() + int64_t{i} * k + g * 256;
+                const int valid = std::min(256, k - g * 256);
+                float amax = 0.0f, m = 0.0f;
+                for (int t = 0; t < valid; ++t)
+                    if (std::fabs(xs[t]) > amax) amax = std::fabs(xs[t]), m = xs[t];
+                const float iscale = amax > 0.0f ? -127.0f / m : 0.0f;
+                for (int t = 0; t < valid; ++t) {
+                    const float q = std::min(127.0f, std::nearbyint(iscale * xs[t]));
+                    out[static_cast<size_t>(int64_t{i} * k + g * 256 + t)] = amax > 0.0f ? q * double{1.0f / iscale} : 0.0;
+                }
+            }
+        return out;
+    }
     for (int i = 0; i < n; ++i)
         for (int g = 0; g * 32 < k; ++g) {
             const float* xs = x.data() + int64_t{i} * k + g * 32;
@@ -112,8 +132,9 @@ Verdict check_matmul_q(const Implementation& impl, const Shape& s, uint32_t seed
                 const double wj = r.weight(row, j);
                 dot += (impl.rounds_quant_x ? xr[at] : x[at]) * wj;
                 abs_sum += std::fabs(x[at] * wj);
-                float amax = 0.0f;  // of j's group of 32
-                for (int t = j / 32 * 32; t < std::min(s.k, j / 32 * 32 + 32); ++t)
+                float amax = 0.0f;  // of j's group (32, or 256 for ggml_k)
+                const int group = x_group(f.x_rounding);
+                for (int t = j / group * group; t < std::min(s.k, j / group * group + group); ++t)
                     amax = std::max(amax, std::fabs(x[static_cast<size_t>(int64_t{i} * s.k + t)]));
                 // half a step of x's grid, and for ggml the fp16 scale's error over up to 127 steps
                 rounding += std::fabs(wj) * amax * (1.0 / 254.0 + (ggml ? 1.0 / 2048.0 : 0.0));
@@ -177,7 +198,7 @@ std::string quant_label(int n, int k, int m, const QuantForm& f, const std::stri
     const char* offsets[] = {"none", "zero points", "mins"};
     return "n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m) + " q" + std::to_string(f.bits) +
            " block " + std::to_string(f.block) + " offset " + offsets[static_cast<int>(f.offset)] +
-           (f.f16_scales ? " fp16 scales" : " fp32 scales") + (f.x_rounding == QuantXRounding::ggml ? " x as ggml" : "") +
+           (f.f16_scales ? " fp16 scales" : " fp32 scales") + (f.x_rounding == QuantXRounding::ggml ? " x as ggml" : f.x_rounding == QuantXRounding::ggml_k ? " x as ggml Q8_K" : "") +
            (f.row_groups ? " row groups" : "") + (note.empty() ? "" : " (" + note + ")");
 }
 
@@ -200,6 +221,18 @@ std::vector<Shape> matmul_q_shapes() {
                 f.x_rounding = QuantXRounding::ggml;
                 add(n, k, 19, f);
             }
+    // GGUF's K-quants and IQ4_XS as kvx keeps them (engine/model/gguf_matrix.h), x rounded as llama.cpp's Q8_K:
+    // Q4_K, Q5_K, Q6_K / Q3_K, Q2_K, IQ4_XS; k off 256 too.
+    for (QuantForm f : {QuantForm{4, 32, QuantOffset::mins, false}, QuantForm{8, 32, QuantOffset::mins, false},
+                        QuantForm{8, 16, QuantOffset::none, false}, QuantForm{4, 16, QuantOffset::mins, false},
+                        QuantForm{8, 32, QuantOffset::none, false}})
+        for (int n : {1, 5})
+            for (int k : {256, 300, 768}) {
+                f.x_rounding = QuantXRounding::ggml_k;
+                add(n, k, 19, f);
+            }
+    add(1, 640, 1024, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k}, "Gemma 3 270M Q4_K wo");
+    add(1, 2048, 640, {8, 16, QuantOffset::none, false, QuantXRounding::ggml_k}, "Gemma 3 270M Q6_K down");
     // Awkward sizes: k off 16, 32 and 256, ragged tiles, n past kGemvMaxRows; the forms in turn.
     int turn = 0;
     for (int n : {1, 2, 3, 5, 8, 9})
