@@ -13,19 +13,6 @@ namespace {
 // vocabulary a model may declare, no fewer and no more.
 static_assert(kMaxTokenizerIds == ConfigLimits::vocab_size);
 
-class Llama2cAdapter final : public Tokenizer {
-public:
-    Llama2cAdapter(const std::string& path, const ModelConfig& c)
-        : impl_(path, c.vocab_size, c.bos_token_id,
-                {c.tokenizer_add_dummy_prefix, c.tokenizer_user_defined_ids, c.tokenizer_control_ids}) {}
-    std::vector<int32_t> encode(std::string_view text, bool add_bos) const override { return impl_.encode(text, add_bos); }
-    std::vector<int32_t> encode_text(std::string_view text) const override { return impl_.encode_text(text); }
-    std::string decode(int32_t prev, int32_t token) const override { return impl_.decode(prev, token); }
-
-private:
-    Llama2cTokenizer impl_;
-};
-
 // Every id the tokenizer can produce must have a row in the model's embedding; a model may have more rows
 // than the tokenizer has tokens (padding), never fewer.
 void check_fits(const BpeTokenizer& t, int vocab_size) {
@@ -40,7 +27,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir, const Mo
     if (config.tokenizer_type.empty())
         throw Error("the model in '" + model_dir + "' has no tokenizer: pass token ids instead of text");
     const std::string path = file_inside(model_dir, config.tokenizer_file, "tokenizer.file");
-    if (config.tokenizer_type == "llama2c") return std::make_unique<Llama2cAdapter>(path, config);
+    if (config.tokenizer_type == "llama2c")
+        return std::make_unique<Llama2cTokenizer>(
+            path, config.vocab_size, config.bos_token_id,
+            SentencePieceOptions{config.tokenizer_add_dummy_prefix, config.tokenizer_user_defined_ids,
+                                 config.tokenizer_control_ids});
     std::unique_ptr<BpeTokenizer> bpe;
     if (config.tokenizer_type == "bpe")
         bpe = std::make_unique<BpeTokenizer>(read_hf_tokenizer_json(path));
