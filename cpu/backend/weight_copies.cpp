@@ -34,11 +34,13 @@ size_t copy_bytes(const WeightMatrix& w, const KernelTable& kernels) {
     return aligned(t.q) + aligned(t.scales) + aligned(t.offsets);
 }
 
-// The matrices to copy, each once, in the order a forward pass reads them.
-std::vector<const WeightMatrix*> streamed_matrices(const Model& model) {
+// The matrices to copy, each once, in the order a forward pass reads them. A matrix the model filled itself (a
+// GGUF's, in kvx's layout on huge pages) is read in place unless the kernels want another layout.
+std::vector<const WeightMatrix*> streamed_matrices(const Model& model, const KernelTable& kernels) {
     std::vector<const WeightMatrix*> out;
     auto add = [&](const WeightMatrix& w) {
         if (w.data == nullptr || w.rows == 0) return;  // an absent w_gate
+        if (model.owns(w.data) && !in_row_groups(w, kernels)) return;
         for (const WeightMatrix* seen : out)
             if (seen->data == w.data) return;
         out.push_back(&w);
@@ -52,7 +54,7 @@ std::vector<const WeightMatrix*> streamed_matrices(const Model& model) {
 }  // namespace
 
 WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
-    const std::vector<const WeightMatrix*> matrices = streamed_matrices(model);
+    const std::vector<const WeightMatrix*> matrices = streamed_matrices(model, kernels);
     size_t total = 0;
     for (const WeightMatrix* w : matrices) total += copy_bytes(*w, kernels);
     memory_ = HugePageBuffer(total);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/files/regular_file.h"
+#include "engine/model/gguf_model.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 
@@ -21,6 +22,12 @@ void WeightMatrix::row_to_f32(int64_t r, float* out) const {
         const uint16_t* row = f16() + r * cols;
         for (int64_t j = 0; j < cols; ++j) out[j] = f16_to_f32(row[j]);
     }
+}
+
+bool Model::owns(const void* p) const {
+    for (const OwnedBytes& bytes : owned_weights)
+        if (bytes.contains(p)) return true;
+    return false;
 }
 
 namespace {
@@ -138,6 +145,7 @@ private:
 }  // namespace
 
 Model load_model(const std::string& model_dir) {
+    if (is_gguf_file(model_dir)) return load_gguf_model(model_dir);
     Model m;
     m.dir = model_dir;
     m.config = load_model_config(model_dir);
@@ -255,21 +263,43 @@ std::string weight_format(const Model& model) {
     return text;
 }
 
+namespace {
+
+// The non-finite values among count values of an F32 or F16 table.
+size_t count_non_finite(const uint8_t* data, size_t count, bool f16) {
+    size_t non_finite = 0;
+    if (!f16) {
+        const float* v = reinterpret_cast<const float*>(data);
+        for (size_t i = 0; i < count; ++i) non_finite += std::isfinite(v[i]) ? 0 : 1;
+    } else {
+        // fp16 with an all-ones exponent is an infinity or a NaN.
+        const uint16_t* v = reinterpret_cast<const uint16_t*>(data);
+        for (size_t i = 0; i < count; ++i) non_finite += (v[i] & 0x7c00u) == 0x7c00u ? 1 : 0;
+    }
+    return non_finite;
+}
+
+[[noreturn]] void non_finite_error(const std::string& file, const std::string& name, size_t non_finite, size_t count) {
+    throw Error("weights file '" + file + "': tensor '" + name + "' holds " + std::to_string(non_finite) +
+                " non-finite values (NaN or infinity) of " + std::to_string(count));
+}
+
+}  // namespace
+
 void check_weights_finite(const Model& model) {
-    for (const auto& [name, t] : model.weights->tensors()) {
-        size_t non_finite = 0;
-        const size_t count = t.nbytes / (t.dtype == "F16" ? 2 : 4);
-        if (t.dtype == "F32") {
-            const float* v = reinterpret_cast<const float*>(t.data);
-            for (size_t i = 0; i < count; ++i) non_finite += std::isfinite(v[i]) ? 0 : 1;
-        } else if (t.dtype == "F16") {
-            // fp16 with an all-ones exponent is an infinity or a NaN.
-            const uint16_t* v = reinterpret_cast<const uint16_t*>(t.data);
-            for (size_t i = 0; i < count; ++i) non_finite += (v[i] & 0x7c00u) == 0x7c00u ? 1 : 0;
+    if (model.gguf) {  // the F32 and F16 tensors; a block type's scales are read where its kernels read them
+        for (const GgufTensor& t : model.gguf->tensors()) {
+            if (t.type != GgmlType::f32 && t.type != GgmlType::f16) continue;
+            const size_t count = static_cast<size_t>(t.elements());
+            if (const size_t bad = count_non_finite(t.data, count, t.type == GgmlType::f16))
+                non_finite_error(model.gguf->path(), t.name, bad, count);
         }
-        if (non_finite > 0)
-            throw Error("weights file '" + model.weights->path() + "': tensor '" + name + "' holds " +
-                        std::to_string(non_finite) + " non-finite values (NaN or infinity) of " + std::to_string(count));
+        return;
+    }
+    for (const auto& [name, t] : model.weights->tensors()) {
+        if (t.dtype != "F32" && t.dtype != "F16") continue;
+        const size_t count = t.nbytes / (t.dtype == "F16" ? 2 : 4);
+        if (const size_t bad = count_non_finite(t.data, count, t.dtype == "F16")) non_finite_error(model.weights->path(), name, bad, count);
     }
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/files/gguf_file.h"
+#include "engine/model/gguf_matrix.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "kernels/quant_matrix.h"
@@ -66,9 +68,15 @@ struct LayerWeights {
 };
 
 struct Model {
-    std::string dir;
+    std::string dir;  // the model folder, or the GGUF file
     ModelConfig config;
-    std::unique_ptr<SafetensorsFile> weights;  // owns the mapping every pointer below points into
+    // The mapping the pointers below point into: a model folder's weights file, or a GGUF file (gguf_model.h),
+    // whose block matrices live in owned_weights instead, in kvx's layout, and whose computed or widened
+    // vectors (RoPE frequencies, fp16 norms) live in owned_vectors. Exactly one of the two files is set.
+    std::unique_ptr<SafetensorsFile> weights;
+    std::unique_ptr<GgufFile> gguf;
+    std::vector<OwnedBytes> owned_weights;
+    std::vector<std::vector<float>> owned_vectors;
     WeightMatrix tok_embeddings;               // [vocab_size][dim]
     WeightMatrix pos_embeddings;               // [max_seq_len][dim], learned positions only
     const float* rope_inv_freq = nullptr;      // [rotary_dim / 2], rotary positions only
@@ -84,6 +92,10 @@ struct Model {
     // [dim] zeros: the bias of every LayerNorm whose file has no "<name>_bias"; empty for RMSNorm families. Sized
     // once before any Norm points into it (a move of the Model keeps its buffer).
     std::vector<float> zero_norm_bias;
+
+    // Whether p lies in owned_weights: memory the model filled in kvx's layout, which a backend may read in
+    // place rather than copy.
+    bool owns(const void* p) const;
 };
 
 // Whether any matrix of the model is q8 or q4.
@@ -93,8 +105,8 @@ bool model_has_quantized_matrix(const Model& model);
 // embedding" when they differ. Each distinct storage once, the linear layers' first.
 std::string weight_format(const Model& model);
 
-// Loads MODEL_DIR (config.json + weights); throws kvx::Error on any mismatch between the two, including a
-// tensor the architecture does not use.
+// Loads MODEL_DIR (config.json + weights), or a GGUF file (gguf_model.h); throws kvx::Error on any mismatch
+// between config and weights, including a tensor the architecture does not use.
 Model load_model(const std::string& model_dir);
 
 // Throws kvx::Error naming the first tensor of the weights file that holds a NaN or an infinity, and how many.

@@ -169,7 +169,55 @@ def npy_seeds():
     write("npy", "write_2x3.bin", struct.pack("<6f", *range(6)) + b"\x00")
 
 
+def gguf_seeds():
+    """A 1-layer llama (dim 32) in Q8_0 and in Q4_0, and a file of one row of each K-quant and IQ4 type: small
+    files that go all the way through the reader and the model loader."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    def model(kind):
+        rng = np.random.default_rng(1)
+        writer = gguf.GGUFWriter(None, "llama")
+        for key, value in (("embedding_length", 32), ("feed_forward_length", 64), ("block_count", 1),
+                           ("attention.head_count", 2), ("context_length", 64)):
+            writer.add_uint32(f"llama.{key}", value)
+        writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+        writer.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(8)])
+        shapes = {"token_embd.weight": (8, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),
+                  "blk.0.attn_q.weight": (32, 32), "blk.0.attn_k.weight": (32, 32), "blk.0.attn_v.weight": (32, 32),
+                  "blk.0.attn_output.weight": (32, 32), "blk.0.ffn_norm.weight": (32,), "blk.0.ffn_gate.weight": (64, 32),
+                  "blk.0.ffn_up.weight": (64, 32), "blk.0.ffn_down.weight": (32, 64)}
+        for name, shape in shapes.items():
+            values = (rng.standard_normal(shape) * 0.2).astype(np.float32)
+            if len(shape) == 2:
+                writer.add_tensor(name, gguf.quants.quantize(values, kind), raw_dtype=kind)
+            else:
+                writer.add_tensor(name, values)
+        return writer
+
+    def written(writer):
+        path = CORPUS / "gguf" / "scratch.gguf"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer.write_header_to_file(path=path)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        data = path.read_bytes()
+        path.unlink()
+        return data
+
+    for kind in (T.Q8_0, T.Q4_0):
+        write("gguf", f"llama_{kind.name.lower()}.gguf", written(model(kind)))
+    writer = gguf.GGUFWriter(None, "llama")
+    rng = np.random.default_rng(2)
+    for kind in (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS):
+        size = gguf.constants.GGML_QUANT_SIZES[kind][1]
+        writer.add_tensor(kind.name, rng.integers(0, 256, (1, size), dtype=np.uint8), raw_dtype=kind)
+    write("gguf", "k_quants.gguf", written(writer))
+
+
 def main():
+    gguf_seeds()
     config_seeds()
     safetensors_seeds()
     quantized_weights_seeds()

@@ -12,5 +12,6 @@ void add_convert_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
 
 }  // namespace kvx::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     kvx::cli::add_tokenize_command(app);
     kvx::cli::add_perplexity_command(app);
     kvx::cli::add_serve_command(app);
+    kvx::cli::add_inspect_command(app);
     const auto is_command = [&](const char* name) {
         for (const CLI::App* command : app.get_subcommands({}))
             if (command->get_name() == name) return true;

@@ -1,0 +1,375 @@
+#include "engine/model/gguf_matrix.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "engine/model/model.h"
+#include "kernels/error.h"
+#include "kernels/f16.h"
+
+namespace kvx {
+namespace {
+
+// One GGUF block decoded: its integers in element order (0..15 for a q4 target, int8 otherwise) and, per kvx
+// block inside it, the scale and the minimum as the bits of the target's float type (fp16 or fp32).
+struct DecodedBlock {
+    int8_t q[256];
+    uint32_t scale[16];
+    uint32_t min[16];
+};
+
+using Decode = void (*)(const uint8_t* block, DecodedBlock& out);
+
+// How a GGUF type lands in kvx (the table of gguf_matrix.h).
+struct Relayout {
+    GgmlType type;
+    int32_t bits;
+    int32_t block;
+    bool scales_f16;
+    QuantOffset offset;
+    Decode decode;
+};
+
+uint16_t half_at(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+float f32_of_half(const uint8_t* p) { return f16_to_f32(half_at(p)); }
+uint32_t bits_of(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+// ggml's non-linear 4-bit values (IQ4_NL, IQ4_XS).
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// Q4_0 {fp16 d; u8 qs[16]}: element j in qs[j]'s low nibble, j + 16 in its high one, as kvx's q4 groups.
+void decode_q4_0(const uint8_t* b, DecodedBlock& o) {
+    for (int j = 0; j < 16; ++j) {
+        o.q[j] = static_cast<int8_t>(b[2 + j] & 0x0f);
+        o.q[j + 16] = static_cast<int8_t>(b[2 + j] >> 4);
+    }
+    o.scale[0] = half_at(b);
+}
+
+// Q4_1 {fp16 d; fp16 m; u8 qs[16]}.
+void decode_q4_1(const uint8_t* b, DecodedBlock& o) {
+    for (int j = 0; j < 16; ++j) {
+        o.q[j] = static_cast<int8_t>(b[4 + j] & 0x0f);
+        o.q[j + 16] = static_cast<int8_t>(b[4 + j] >> 4);
+    }
+    o.scale[0] = half_at(b);
+    o.min[0] = half_at(b + 2);
+}
+
+// Q5_0 / Q5_1: {fp16 d; [fp16 m;] u32 qh; u8 qs[16]}: bit j of qh is element j's fifth bit.
+void decode_q5(const uint8_t* qh_bytes, const uint8_t* qs, int zero, DecodedBlock& o) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < 16; ++j) {
+        o.q[j] = static_cast<int8_t>(((qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - zero);
+        o.q[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - zero);
+    }
+}
+void decode_q5_0(const uint8_t* b, DecodedBlock& o) {
+    decode_q5(b + 2, b + 6, 16, o);
+    o.scale[0] = half_at(b);
+}
+void decode_q5_1(const uint8_t* b, DecodedBlock& o) {
+    decode_q5(b + 4, b + 8, 0, o);
+    o.scale[0] = half_at(b);
+    o.min[0] = half_at(b + 2);
+}
+
+// Q8_0 {fp16 d; i8 qs[32]}.
+void decode_q8_0(const uint8_t* b, DecodedBlock& o) {
+    std::memcpy(o.q, b + 2, 32);
+    o.scale[0] = half_at(b);
+}
+
+// IQ4_NL {fp16 d; u8 qs[16]}: nibbles as Q4_0's, each an index into kIq4Values.
+void decode_iq4_nl(const uint8_t* b, DecodedBlock& o) {
+    for (int j = 0; j < 16; ++j) {
+        o.q[j] = kIq4Values[b[2 + j] & 0x0f];
+        o.q[j + 16] = kIq4Values[b[2 + j] >> 4];
+    }
+    o.scale[0] = half_at(b);
+}
+
+// Q4_K and Q5_K's 6-bit scale and minimum of sub-block j (ggml's get_scale_min_k4), from scales[12].
+void k4_scale_min(int j, const uint8_t* s, int& sc, int& m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Q4_K {fp16 d; fp16 dmin; u8 scales[12]; u8 qs[128]}: 8 sub-blocks of 32; each 64 elements take 32 bytes of
+// qs, the first 32 elements in the low nibbles, the next 32 in the high ones.
+// Q5_K {fp16 d; fp16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: as Q4_K, with a fifth bit per element in qh
+// (bit 2c of qh[l] for element l of chunk c's low half, bit 2c + 1 for its high half).
+void decode_k_scaled(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, DecodedBlock& o) {
+    const float d = f32_of_half(b), dmin = f32_of_half(b + 2);
+    const uint8_t* scales = b + 4;
+    for (int c = 0; c < 4; ++c) {
+        for (int half = 0; half < 2; ++half) {
+            const int sub = 2 * c + half;
+            int sc = 0, m = 0;
+            k4_scale_min(sub, scales, sc, m);
+            o.scale[sub] = bits_of(d * static_cast<float>(sc));
+            o.min[sub] = bits_of(-(dmin * static_cast<float>(m)));
+            for (int l = 0; l < 32; ++l) {
+                int v = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0x0f;
+                if (qh) v |= ((qh[l] >> sub) & 1) << 4;
+                o.q[32 * sub + l] = static_cast<int8_t>(v);
+            }
+        }
+    }
+}
+void decode_q4_k(const uint8_t* b, DecodedBlock& o) { decode_k_scaled(b, nullptr, b + 16, o); }
+void decode_q5_k(const uint8_t* b, DecodedBlock& o) { decode_k_scaled(b, b + 16, b + 48, o); }
+
+// Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; fp16 d}: 16 sub-blocks of 16. Each half of 128 elements takes
+// 64 bytes of ql and 32 of qh; element l + 32 k of a half (k = 0..3) has its low 4 bits in ql (byte l or
+// l + 32, low nibble for k = 0, 1, high for 2, 3) and its high 2 bits in qh[l] >> 2k.
+void decode_q6_k(const uint8_t* b, DecodedBlock& o) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f32_of_half(b + 208);
+    for (int sub = 0; sub < 16; ++sub) o.scale[sub] = bits_of(d * static_cast<float>(scales[sub]));
+    for (int h = 0; h < 2; ++h) {
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t* low = ql + 64 * h;
+            const uint8_t high = qh[32 * h + l];
+            const int v[4] = {(low[l] & 0x0f) | ((high & 3) << 4), (low[l + 32] & 0x0f) | (((high >> 2) & 3) << 4),
+                              (low[l] >> 4) | (((high >> 4) & 3) << 4), (low[l + 32] >> 4) | (((high >> 6) & 3) << 4)};
+            for (int k = 0; k < 4; ++k) o.q[128 * h + 32 * k + l] = static_cast<int8_t>(v[k] - 32);
+        }
+    }
+}
+
+// Q3_K {u8 hmask[32]; u8 qs[64]; u8 scales[12]; fp16 d}: 16 sub-blocks of 16 with 6-bit scales (minus 32).
+// Each half of 128 elements takes 32 bytes of qs; element 16 s + l of a half (s = 0..7) has its low 2 bits in
+// qs[l + 16 (s % 2)] >> 2 (s / 2), and 4 is taken off unless bit (4 h + s / 2) of hmask[l + 16 (s % 2)] is set.
+void decode_q3_k(const uint8_t* b, DecodedBlock& o) {
+    const uint8_t* hmask = b;
+    const uint8_t* qs = b + 32;
+    const uint8_t* packed = b + 96;
+    const float d = f32_of_half(b + 108);
+    for (int sub = 0; sub < 16; ++sub) {
+        // Sub-block j's scale: its low 4 bits in packed[j % 8] (low nibble for j < 8), its high 2 bits in
+        // packed[8 + j % 4] >> 2 (j / 4).
+        const int low = sub < 8 ? packed[sub] & 0x0f : packed[sub - 8] >> 4;
+        const int high = (packed[8 + sub % 4] >> (2 * (sub / 4))) & 3;
+        o.scale[sub] = bits_of(d * static_cast<float>((low | (high << 4)) - 32));
+    }
+    for (int h = 0; h < 2; ++h)
+        for (int s = 0; s < 8; ++s)
+            for (int l = 0; l < 16; ++l) {
+                const int byte = l + 16 * (s % 2);
+                const int shift = 2 * (s / 2);
+                const int v = (qs[32 * h + byte] >> shift) & 3;
+                const bool high_set = (hmask[byte] >> (4 * h + s / 2)) & 1;
+                o.q[128 * h + 16 * s + l] = static_cast<int8_t>(v - (high_set ? 0 : 4));
+            }
+}
+
+// Q2_K {u8 scales[16]; u8 qs[64]; fp16 d; fp16 dmin}: 16 sub-blocks of 16, each scale byte a 4-bit scale (low)
+// and a 4-bit minimum (high). Element layout as Q3_K's low bits.
+void decode_q2_k(const uint8_t* b, DecodedBlock& o) {
+    const uint8_t* scales = b;
+    const uint8_t* qs = b + 16;
+    const float d = f32_of_half(b + 80), dmin = f32_of_half(b + 82);
+    for (int sub = 0; sub < 16; ++sub) {
+        o.scale[sub] = bits_of(d * static_cast<float>(scales[sub] & 0x0f));
+        o.min[sub] = bits_of(-(dmin * static_cast<float>(scales[sub] >> 4)));
+    }
+    for (int h = 0; h < 2; ++h)
+        for (int s = 0; s < 8; ++s)
+            for (int l = 0; l < 16; ++l)
+                o.q[128 * h + 16 * s + l] = static_cast<int8_t>((qs[32 * h + l + 16 * (s % 2)] >> (2 * (s / 2))) & 3);
+}
+
+// IQ4_XS {fp16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: 8 sub-blocks of 32, each a 6-bit scale (minus 32,
+// low 4 bits in scales_l, high 2 in scales_h) and 16 bytes of nibbles as IQ4_NL's.
+void decode_iq4_xs(const uint8_t* b, DecodedBlock& o) {
+    const float d = f32_of_half(b);
+    const uint16_t scales_h = half_at(b + 2);
+    const uint8_t* scales_l = b + 4;
+    const uint8_t* qs = b + 8;
+    for (int sub = 0; sub < 8; ++sub) {
+        const int ls = ((scales_l[sub / 2] >> (4 * (sub % 2))) & 0x0f) | (((scales_h >> (2 * sub)) & 3) << 4);
+        o.scale[sub] = bits_of(d * static_cast<float>(ls - 32));
+        for (int j = 0; j < 16; ++j) {
+            o.q[32 * sub + j] = kIq4Values[qs[16 * sub + j] & 0x0f];
+            o.q[32 * sub + j + 16] = kIq4Values[qs[16 * sub + j] >> 4];
+        }
+    }
+}
+
+constexpr Relayout kRelayouts[] = {
+    {GgmlType::q4_0, 4, 32, true, QuantOffset::none, decode_q4_0},
+    {GgmlType::q4_1, 4, 32, true, QuantOffset::mins, decode_q4_1},
+    {GgmlType::q8_0, 8, 32, true, QuantOffset::none, decode_q8_0},
+    {GgmlType::q5_0, 8, 32, true, QuantOffset::none, decode_q5_0},
+    {GgmlType::q5_1, 8, 32, true, QuantOffset::mins, decode_q5_1},
+    {GgmlType::iq4_nl, 8, 32, true, QuantOffset::none, decode_iq4_nl},
+    {GgmlType::q4_k, 4, 32, false, QuantOffset::mins, decode_q4_k},
+    {GgmlType::q5_k, 8, 32, false, QuantOffset::mins, decode_q5_k},
+    {GgmlType::q6_k, 8, 16, false, QuantOffset::none, decode_q6_k},
+    {GgmlType::q3_k, 8, 16, false, QuantOffset::none, decode_q3_k},
+    {GgmlType::q2_k, 4, 16, false, QuantOffset::mins, decode_q2_k},
+    {GgmlType::iq4_xs, 8, 32, false, QuantOffset::none, decode_iq4_xs},
+};
+
+const Relayout* find_relayout(GgmlType type) {
+    for (const Relayout& r : kRelayouts)
+        if (r.type == type) return &r;
+    return nullptr;
+}
+
+size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }  // each table on its own cache line
+
+// Row `from` of the tensor's blocks into row `to` of the kvx tables.
+void relayout_row(const Relayout& r, const GgmlTypeInfo& info, const uint8_t* src, int64_t cols, uint8_t* q_row,
+                  uint8_t* scales_row, uint8_t* mins_row) {
+    const int64_t blocks = cols / info.block_values;
+    const int subs = info.block_values / r.block;
+    const size_t float_bytes = r.scales_f16 ? 2 : 4;
+    DecodedBlock d{};
+    for (int64_t b = 0; b < blocks; ++b) {
+        r.decode(src + b * info.block_bytes, d);
+        const int64_t first = b * info.block_values;  // the block's first element in the row
+        if (r.bits == 8) {
+            std::memcpy(q_row + first, d.q, static_cast<size_t>(info.block_values));
+        } else {
+            // kvx's q4 groups of 32: byte t holds element t (low nibble) and element t + 16 (high).
+            for (int g = 0; g < info.block_values / 32; ++g)
+                for (int t = 0; t < 16; ++t)
+                    q_row[(first + 32 * g) / 2 + t] =
+                        static_cast<uint8_t>((d.q[32 * g + t] & 0x0f) | ((d.q[32 * g + t + 16] & 0x0f) << 4));
+        }
+        for (int s = 0; s < subs; ++s) {
+            std::memcpy(scales_row + (b * subs + s) * float_bytes, &d.scale[s], float_bytes);
+            if (mins_row) std::memcpy(mins_row + (b * subs + s) * float_bytes, &d.min[s], float_bytes);
+        }
+    }
+}
+
+}  // namespace
+
+OwnedBytes::OwnedBytes(size_t bytes) : size_(bytes) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    mapped_ = (std::max<size_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("out of memory: cannot map " + std::to_string(bytes) + " bytes for model weights");
+    ::madvise(p, mapped_, MADV_HUGEPAGE);  // a hint: without transparent huge pages, plain pages
+    data_ = static_cast<uint8_t*>(p);
+}
+
+OwnedBytes::~OwnedBytes() {
+    if (data_) ::munmap(data_, mapped_);
+}
+
+OwnedBytes::OwnedBytes(OwnedBytes&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)), mapped_(std::exchange(other.mapped_, 0)) {}
+
+uint8_t* WeightArena::allocate(size_t bytes) {
+    constexpr size_t kChunk = size_t{64} << 20;
+    bytes = round_up_64(bytes);
+    if (bytes > kChunk) return chunks_.emplace_back(bytes).data();  // its own; the current chunk stays open
+    if (chunks_.empty() || used_ + bytes > chunks_.back().size() || chunks_.back().size() != kChunk) {
+        chunks_.emplace_back(kChunk);
+        used_ = 0;
+    }
+    uint8_t* p = chunks_.back().data() + used_;
+    used_ += bytes;
+    return p;
+}
+
+bool gguf_matrix_type_supported(GgmlType type) {
+    return type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::bf16 || find_relayout(type);
+}
+
+std::string gguf_matrix_type_names() {
+    std::string names = "F32, F16, BF16";
+    for (const Relayout& r : kRelayouts) names += ", " + std::string(ggml_type_info(r.type).name);
+    return names;
+}
+
+WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, int64_t rows, int64_t cols,
+                                const std::vector<int64_t>* row_order, WeightArena& arena) {
+    const GgmlTypeInfo& info = ggml_type_info(tensor.type);
+    const size_t row_bytes = static_cast<size_t>(cols / info.block_values * info.block_bytes);
+    auto source_row = [&](int64_t r) { return tensor.data + static_cast<size_t>(row_order ? (*row_order)[static_cast<size_t>(r)] : r) * row_bytes; };
+    WeightMatrix m;
+    m.rows = rows;
+    m.cols = cols;
+
+    if (tensor.type == GgmlType::f32 || tensor.type == GgmlType::f16 || tensor.type == GgmlType::bf16) {
+        m.dtype = tensor.type == GgmlType::f16 ? WeightDtype::f16 : WeightDtype::f32;
+        if (tensor.type != GgmlType::bf16 && !row_order) {
+            m.data = tensor.data;
+            return m;
+        }
+        const size_t out_row = static_cast<size_t>(cols) * (m.dtype == WeightDtype::f16 ? 2 : 4);
+        uint8_t* copy = arena.allocate(out_row * static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            uint8_t* to = copy + static_cast<size_t>(r) * out_row;
+            if (tensor.type != GgmlType::bf16) {
+                std::memcpy(to, source_row(r), out_row);
+                continue;
+            }
+            // bf16 is the top half of an fp32: widening is exact.
+            const uint8_t* from = source_row(r);
+            for (int64_t j = 0; j < cols; ++j) {
+                const uint32_t bits = uint32_t{half_at(from + 2 * j)} << 16;
+                std::memcpy(to + 4 * j, &bits, 4);
+            }
+        }
+        m.data = copy;
+        file.release_pages(tensor.data, tensor.nbytes);
+        return m;
+    }
+
+    const Relayout* r = find_relayout(tensor.type);
+    if (!r)
+        throw Error("GGUF file '" + file.path() + "': tensor '" + tensor.name + "' is " + std::string(info.name) +
+                    ", a type kvx does not run (it runs " + gguf_matrix_type_names() + ")");
+    QuantMatrix& q = m.quant;
+    q.bits = r->bits;
+    q.block = r->block;
+    q.padded_cols = static_cast<int32_t>(quant_padded_cols(cols, r->block));
+    q.offset = r->offset;
+    q.scales_f16 = r->scales_f16;
+    q.layout = QuantLayout::rows;
+    q.x_rounding = QuantXRounding::ggml;
+    m.dtype = r->bits == 4 ? WeightDtype::q4 : WeightDtype::q8;
+    // Every GGUF row is a whole number of blocks of 32 or 256, so padded_cols == cols: nothing to pad.
+    const QuantTableBytes t = quant_table_bytes(q, rows);
+    uint8_t* q_table = arena.allocate(round_up_64(t.q) + round_up_64(t.scales) + t.offsets);
+    uint8_t* scales = q_table + round_up_64(t.q);
+    uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(t.scales) : nullptr;
+    const size_t q_row = static_cast<size_t>(q.padded_cols) * static_cast<size_t>(q.bits) / 8;
+    const size_t table_row = static_cast<size_t>(q.padded_cols / q.block) * (q.scales_f16 ? 2 : 4);
+    for (int64_t row = 0; row < rows; ++row)
+        relayout_row(*r, info, source_row(row), cols, q_table + static_cast<size_t>(row) * q_row,
+                     scales + static_cast<size_t>(row) * table_row, mins ? mins + static_cast<size_t>(row) * table_row : nullptr);
+    q.q = q_table;
+    q.scales = scales;
+    q.offsets = mins;
+    m.data = q.q;
+    file.release_pages(tensor.data, tensor.nbytes);
+    return m;
+}
+
+}  // namespace kvx
