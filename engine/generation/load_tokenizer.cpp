@@ -1,7 +1,9 @@
 #include "engine/generation/load_tokenizer.h"
 
+#include "engine/files/gguf_file.h"
 #include "engine/files/regular_file.h"
 #include "engine/tokenizer/bpe_spec.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "engine/tokenizer/tokenizer_bpe.h"
 #include "engine/tokenizer/tokenizer_llama2c.h"
 #include "kernels/error.h"
@@ -26,6 +28,13 @@ void check_fits(const BpeTokenizer& t, int vocab_size) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir, const ModelConfig& config) {
     if (config.tokenizer_type.empty())
         throw Error("the model in '" + model_dir + "' has no tokenizer: pass token ids instead of text");
+    if (config.tokenizer_type == "gguf") {  // model_dir is the GGUF file itself
+        GgufTokenizer gguf = load_gguf_tokenizer(GgufFile(model_dir));
+        if (gguf.n_tokens > config.vocab_size)
+            throw Error("GGUF file '" + model_dir + "' has " + std::to_string(gguf.n_tokens) +
+                        " tokens but the model's vocabulary has " + std::to_string(config.vocab_size));
+        return std::move(gguf.tokenizer);
+    }
     const std::string path = file_inside(model_dir, config.tokenizer_file, "tokenizer.file");
     if (config.tokenizer_type == "llama2c")
         return std::make_unique<Llama2cTokenizer>(

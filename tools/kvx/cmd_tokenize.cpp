@@ -1,15 +1,15 @@
 // kvx tokenize: the token ids of a text, comma-separated on stdout, so that kvx's tokenizer can be
 // compared with any other; or, with --ids, the text that ids decode to. -m takes a model directory or a GGUF
-// file (a regular file named *.gguf), whose own tokenizer is read from its metadata.
+// file (gguf_model.h's is_gguf_file), whose tokenizer is read from its metadata without loading the model.
 #include <chrono>
 #include <cstdio>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "backend_choice.h"
 #include "commands.h"
 #include "engine/files/gguf_file.h"
 #include "engine/generation/load_tokenizer.h"
+#include "engine/model/gguf_model.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/gguf_tokenizer.h"
 #include "kernels/error.h"
@@ -51,11 +51,6 @@ std::vector<int32_t> parse_ids(const std::string& list, int vocab_size) {
         ids.push_back(static_cast<int32_t>(value));
     }
     return ids;
-}
-
-bool is_gguf_file(const std::string& path) {
-    struct stat st {};
-    return path.size() > 5 && path.ends_with(".gguf") && ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 struct LoadedTokenizer {
