@@ -1,5 +1,6 @@
 // The tokenizer a converted model names in its config.json: llama2.c's tokenizer.bin, HF's tokenizer.json,
-// or GPT-2's encoder.json with vocab.bpe, each behind the Tokenizer interface.
+// or GPT-2's encoder.json with vocab.bpe, each behind the Tokenizer interface; or, for a model read from a GGUF
+// file (tokenizer_type "gguf", model_dir the file), the file's own (engine/tokenizer/gguf_tokenizer.h).
 #pragma once
 
 #include <memory>

@@ -107,11 +107,7 @@ void read_pre_tokenizer(const json& p, BpeTokenizerSpec& spec) {
                                           split_behavior(leaf.value("behavior", std::string("?")), src),
                                           flag(leaf, "invert", false)});
         } else if (type == "Digits") {
-            // Digits isolates each numeric character (Unicode N*), or keeps runs of them together.
-            const bool individual = flag(leaf, "individual_digits", false);
-            spec.pre_tokenizer.push_back({PreTokenizerStep::Kind::Split,
-                                          std::make_shared<Regex>(individual ? R"(\p{N})" : R"(\p{N}+)", Regex::Syntax::Pcre2),
-                                          SplitBehavior::Isolated, false});
+            append_digits_step(spec.pre_tokenizer, flag(leaf, "individual_digits", false));
         } else {
             throw Error(src + ": pre_tokenizer '" + type + "' is not supported (kvx reads ByteLevel, Split, Digits and Sequence)");
         }

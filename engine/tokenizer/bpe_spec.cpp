@@ -35,4 +35,10 @@ void append_byte_level_steps(std::vector<PreTokenizerStep>& steps, bool add_pref
                          SplitBehavior::Isolated, false});
 }
 
+void append_digits_step(std::vector<PreTokenizerStep>& steps, bool individual_digits) {
+    steps.push_back({PreTokenizerStep::Kind::Split,
+                     std::make_shared<Regex>(individual_digits ? R"(\p{N})" : R"(\p{N}+)", Regex::Syntax::Pcre2),
+                     SplitBehavior::Isolated, false});
+}
+
 }  // namespace kvx

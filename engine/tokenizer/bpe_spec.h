@@ -48,5 +48,7 @@ std::vector<std::pair<std::string, int32_t>> read_vocab(const nlohmann::json& vo
 std::pair<std::string, std::string> split_merge(std::string_view line, size_t rank, const std::string& source);
 // ByteLevel's steps: PrefixSpace when add_prefix_space, then GPT-2's pattern, Isolated, when use_regex.
 void append_byte_level_steps(std::vector<PreTokenizerStep>& steps, bool add_prefix_space, bool use_regex);
+// Digits: each numeric character (Unicode N) a piece of its own, or each run of them.
+void append_digits_step(std::vector<PreTokenizerStep>& steps, bool individual_digits);
 
 }  // namespace kvx

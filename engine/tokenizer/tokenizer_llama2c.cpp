@@ -11,23 +11,32 @@
 namespace kvx {
 
 Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int vocab_size, int bos_id, SentencePieceOptions options)
-    : bos_id_(bos_id), add_dummy_prefix_(options.add_dummy_prefix) {
-    Llama2cVocabulary vocab = read_llama2c_vocabulary(path, vocab_size);
-    pieces_ = std::move(vocab.pieces);
-    scores_ = std::move(vocab.scores);
-    max_piece_bytes_ = vocab.max_piece_bytes;
+    : Llama2cTokenizer(read_llama2c_vocabulary(path, vocab_size), bos_id, std::move(options), "tokenizer '" + path + "'") {}
+
+Llama2cTokenizer::Llama2cTokenizer(Llama2cVocabulary vocab, int bos_id, SentencePieceOptions options,
+                                   const std::string& source)
+    : pieces_(std::move(vocab.pieces)),
+      scores_(std::move(vocab.scores)),
+      bos_id_(bos_id),
+      add_bos_(options.add_bos),
+      add_dummy_prefix_(options.add_dummy_prefix) {
+    if (pieces_.size() != scores_.size())
+        throw Error(source + " has " + std::to_string(pieces_.size()) + " pieces but " + std::to_string(scores_.size()) +
+                    " scores");
     std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
     for (size_t id = 0; id < pieces_.size(); ++id) {
+        max_piece_bytes_ = std::max(max_piece_bytes_, pieces_[id].size());
         ids_.emplace(pieces_[id], static_cast<int32_t>(id));
         const int byte = parse_byte_piece(pieces_[id]);
         if (byte >= 0 && byte_ids_[byte] < 0) byte_ids_[byte] = static_cast<int32_t>(id);
     }
     auto piece_of = [&](int32_t id, const char* what) -> const std::string& {
         if (id < 0 || static_cast<size_t>(id) >= pieces_.size())
-            throw Error(path + ": " + what + " token id " + std::to_string(id) + " is not one of its " +
+            throw Error(source + ": " + what + " token id " + std::to_string(id) + " is not one of its " +
                         std::to_string(pieces_.size()) + " pieces");
         return pieces_[static_cast<size_t>(id)];
     };
+    if (bos_id_ != -1) piece_of(bos_id_, "BOS");
     for (int32_t id : options.user_defined_ids) {
         const std::string& piece = piece_of(id, "user-defined");
         user_defined_.add(piece, id);
@@ -51,7 +60,7 @@ std::vector<int32_t> Llama2cTokenizer::encode_text(std::string_view text) const 
 
 std::vector<int32_t> Llama2cTokenizer::encode_with(const WholePieces& whole, std::string_view text, bool add_bos) const {
     std::vector<int32_t> tokens;
-    if (add_bos && bos_id_ >= 0) tokens.push_back(bos_id_);
+    if (add_bos && add_bos_ && bos_id_ >= 0) tokens.push_back(bos_id_);
     // The merge numbers symbols with int32 (half the memory of size_t); a text has at most one per byte.
     if (text.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw Error("a text of " + std::to_string(text.size()) + " bytes is too long to tokenise at once");

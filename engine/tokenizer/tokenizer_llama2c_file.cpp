@@ -100,7 +100,6 @@ Llama2cVocabulary read_llama2c_vocabulary(const std::string& path, int vocab_siz
                               std::to_string(in.left()) + " are left");
         vocab.pieces.push_back(in.take_string(static_cast<size_t>(length)));
         vocab.scores.push_back(score);
-        vocab.max_piece_bytes = std::max(vocab.max_piece_bytes, static_cast<size_t>(length));
     }
     if (vocab.pieces.size() != static_cast<size_t>(vocab_size))
         throw Error(name + " has " + std::to_string(vocab.pieces.size()) + " pieces but the model's vocabulary has " +

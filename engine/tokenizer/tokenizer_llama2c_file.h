@@ -17,7 +17,6 @@ namespace kvx {
 struct Llama2cVocabulary {
     std::vector<std::string> pieces;  // [vocab_size]
     std::vector<float> scores;        // [vocab_size] merge priority, higher first; all finite
-    size_t max_piece_bytes = 0;       // the longest piece, in bytes
 };
 
 // The pieces and scores of the file at `path`, which must hold exactly `vocab_size` pieces. Throws kvx::Error

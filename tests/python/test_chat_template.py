@@ -4,6 +4,7 @@ spellings are recognised (with their default system message), anything else is r
 including templates that fail in Python, never end, or need unbounded memory or output."""
 
 import errno
+import json
 import time
 import unittest
 from pathlib import Path
@@ -101,6 +102,18 @@ class ChatTemplates(unittest.TestCase):
             entry = analyse_chat_template(ENDLESS)
         self.assertLess(time.monotonic() - started, 5)
         self.assertEqual(entry, {"format": None, "unsupported": "rendering it took longer than 1 s"})
+
+    def test_testdata_templates_as_recognised_json_records(self):
+        """testdata/chat_templates/recognised.json, which the engine's marker reading (tests/chat_format_markers_test.cpp)
+        is checked against, is what rendering makes of each template there (reasons aside)."""
+        folder = Path(__file__).resolve().parents[2] / "testdata" / "chat_templates"
+        expected = json.loads((folder / "recognised.json").read_text())
+        self.assertEqual(sorted(expected), sorted(p.name for p in folder.glob("*.jinja")))
+        for name, entry in expected.items():
+            with self.subTest(template=name):
+                got = analyse_chat_template((folder / name).read_text())
+                got.pop("unsupported", None)
+                self.assertEqual(got, entry)
 
     def test_memory_is_bounded(self):
         with mock.patch.object(chat_template, "RENDER_MEMORY_BYTES", 64 << 20):

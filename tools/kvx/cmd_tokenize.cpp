@@ -1,13 +1,17 @@
 // kvx tokenize: the token ids of a text, comma-separated on stdout, so that kvx's tokenizer can be
-// compared with any other; or, with --ids, the text that ids decode to.
+// compared with any other; or, with --ids, the text that ids decode to. -m takes a model directory or a GGUF
+// file (gguf_model.h's is_gguf_file), whose tokenizer is read from its metadata without loading the model.
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 
 #include "backend_choice.h"
 #include "commands.h"
+#include "engine/files/gguf_file.h"
 #include "engine/generation/load_tokenizer.h"
+#include "engine/model/gguf_model.h"
 #include "engine/model/model.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "kernels/error.h"
 #include "output.h"
 #include "text_file.h"
@@ -49,14 +53,27 @@ std::vector<int32_t> parse_ids(const std::string& list, int vocab_size) {
     return ids;
 }
 
-void run_tokenize(const TokenizeOptions& o) {
-    const std::string dir = resolve_model_dir(o.model_dir);
+struct LoadedTokenizer {
+    std::unique_ptr<Tokenizer> tokenizer;
+    int vocab_size = 0;
+};
+
+LoadedTokenizer load(const std::string& model) {
+    if (is_gguf_file(model)) {
+        GgufTokenizer gguf = load_gguf_tokenizer(GgufFile(model));
+        return {std::move(gguf.tokenizer), gguf.n_tokens};
+    }
+    const std::string dir = resolve_model_dir(model);
     const ModelConfig config = load_model_config(dir);
-    const auto tokenizer = load_tokenizer(dir, config);
+    return {load_tokenizer(dir, config), config.vocab_size};
+}
+
+void run_tokenize(const TokenizeOptions& o) {
+    const auto [tokenizer, vocab_size] = load(o.model_dir);
     if (!o.ids.empty()) {
         std::string text;
         int32_t prev = -1;
-        for (int32_t id : parse_ids(o.ids, config.vocab_size)) {
+        for (int32_t id : parse_ids(o.ids, vocab_size)) {
             text += tokenizer->decode(prev, id);
             prev = id;
         }
@@ -80,7 +97,7 @@ void run_tokenize(const TokenizeOptions& o) {
 void add_tokenize_command(CLI::App& app) {
     auto o = std::make_shared<TokenizeOptions>();
     CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text, comma-separated, or decode ids");
-    cmd->add_option("-m,--model", o->model_dir, "Model directory (default: the built-in stories260K)");
+    cmd->add_option("-m,--model", o->model_dir, "Model directory or GGUF file (default: the built-in stories260K)");
     auto* prompt = cmd->add_option("-p,--prompt", o->text, "Text to tokenize");
     auto* file = cmd->add_option("-f,--file", o->text_file, "Read the text to tokenize from this file")->excludes(prompt);
     auto* ids = cmd->add_option("--ids", o->ids, "Comma-separated token ids to decode into text instead")
