@@ -1,5 +1,6 @@
 #include "engine/generation/chat_template.h"
 
+#include "engine/model/chat_format.h"
 #include "kernels/error.h"
 
 namespace kvx {
@@ -16,10 +17,12 @@ std::string_view trimmed(std::string_view s) {
 
 ChatTemplate::ChatTemplate(const ModelConfig& config, const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
     if (!config.has_chat)
-        throw Error("the model has no chat template (convert it with --chat-template FILE), so kvx cannot chat with it");
+        throw Error("the model has no chat template, so kvx cannot chat with it: give one with --chat-template (a format, " +
+                    std::string(chat_format_names()) + ", or a Jinja file)");
     if (config.chat.format.empty())
-        throw Error("kvx cannot apply this model's chat template '" + config.chat.template_file +
-                    "': " + (config.chat.unsupported_reason.empty() ? "unknown format" : config.chat.unsupported_reason));
+        throw Error("kvx cannot apply this model's chat template '" + config.chat.template_file + "': " +
+                    (config.chat.unsupported_reason.empty() ? "unknown format" : config.chat.unsupported_reason) +
+                    "; name its format with --chat-template (" + std::string(chat_format_names()) + ")");
     format_ = find_chat_format(config.chat.format);
     if (!format_)  // load_model_config refuses other names; a hand-made config may still hold one
         throw Error("kvx applies no chat format named '" + config.chat.format + "'");

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#include "engine/model/model.h"
+#include "engine/model/weight_matrix.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 

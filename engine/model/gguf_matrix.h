@@ -29,12 +29,11 @@
 #include <vector>
 
 #include "engine/files/gguf_file.h"
-#include "engine/model/model_config.h"
+#include "engine/model/weight_matrix.h"
 #include "kernels/quant_matrix.h"
 
 namespace kvx {
 
-struct WeightMatrix;
 
 // Memory a loader fills with weights: anonymous pages, on 2 MiB huge pages where the system gives them (a decode
 // step streams the weights, and 4 KiB pages cost a TLB miss each: cpu/backend/huge_page_buffer.h), freed with

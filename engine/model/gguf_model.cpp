@@ -7,6 +7,7 @@
 #include <set>
 #include <sys/stat.h>
 
+#include "engine/model/chat_format_markers.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 
@@ -214,12 +215,17 @@ void read_config(const GgufFile& f, const GgufFamily& family, const GgufModelRea
     (void)f;
 }
 
+// BOS and the ids that end generation: the file's keys, and where a SentencePiece ("llama") vocabulary has none,
+// llama.cpp's defaults 1 and 2 (engine/tokenizer/gguf_tokenizer.cpp applies the same); then every control token
+// llama.cpp counts as an end of turn by its text.
 void read_token_ids(const GgufFile& f, const GgufModelReader& r, ModelConfig& c) {
     const int64_t last = c.vocab_size - 1;
-    c.bos_token_id = static_cast<int>(r.int_or("tokenizer.ggml.bos_token_id", -1, -1, last));
+    const bool sentencepiece = f.string("tokenizer.ggml.model").value_or("") == "llama";
+    c.bos_token_id = static_cast<int>(r.int_or("tokenizer.ggml.bos_token_id", sentencepiece ? 1 : -1, -1, last));
     std::set<int> eos;
     for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-        const int64_t id = r.int_or(key, -1, -1, last);
+        const bool eos_key = std::string_view(key) == "tokenizer.ggml.eos_token_id";
+        const int64_t id = r.int_or(key, eos_key && sentencepiece ? 2 : -1, -1, last);
         if (id >= 0) eos.insert(static_cast<int>(id));
     }
     const std::vector<std::string_view> tokens = f.strings("tokenizer.ggml.tokens");
@@ -270,6 +276,11 @@ Model load_gguf_model(const std::string& path) {
     c.vocab_size = static_cast<int>(embedding->dims[1]);
     read_token_ids(f, r, c);
     c.tokenizer_type = "gguf";
+    if (const std::optional<std::string_view> chat = f.string("tokenizer.chat_template")) {
+        c.has_chat = true;
+        c.chat = recognise_chat_template(*chat);
+        c.chat.template_file = "tokenizer.chat_template";
+    }
     c.weights_dtype = WeightDtype::f32;
 
     m.tok_embeddings = r.matrix("token_embd.weight", c.vocab_size, dim);

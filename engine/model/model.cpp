@@ -6,23 +6,10 @@
 #include <vector>
 
 #include "engine/files/regular_file.h"
-#include "engine/model/gguf_model.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
 
 namespace kvx {
-
-void WeightMatrix::row_to_f32(int64_t r, float* out) const {
-    if (quantized()) {
-        dequantize_row(quant, r, cols, out);
-    } else if (dtype == WeightDtype::f32) {
-        const float* row = f32() + r * cols;
-        for (int64_t j = 0; j < cols; ++j) out[j] = row[j];
-    } else {
-        const uint16_t* row = f16() + r * cols;
-        for (int64_t j = 0; j < cols; ++j) out[j] = f16_to_f32(row[j]);
-    }
-}
 
 bool Model::owns(const void* p) const {
     for (const OwnedBytes& bytes : owned_weights)
@@ -144,8 +131,7 @@ private:
 
 }  // namespace
 
-Model load_model(const std::string& model_dir) {
-    if (is_gguf_file(model_dir)) return load_gguf_model(model_dir);
+Model load_model_folder(const std::string& model_dir) {
     Model m;
     m.dir = model_dir;
     m.config = load_model_config(model_dir);

@@ -11,25 +11,10 @@
 #include "engine/model/gguf_matrix.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weight_matrix.h"
 #include "kernels/quant_matrix.h"
 
 namespace kvx {
-
-// A weight matrix [rows][cols], row-major, in the model's stored dtype (config.weights_dtype). Linear layers
-// are [out_features][in_features]; embeddings [vocab_size or max_seq_len][dim].
-struct WeightMatrix {
-    const void* data = nullptr;  // float* for f32, uint16_t* (IEEE fp16 bits) for f16, quant.q for q8 / q4
-    WeightDtype dtype = WeightDtype::f32;
-    int64_t rows = 0;
-    int64_t cols = 0;
-    QuantMatrix quant;           // q8 / q4 only: the integers, scales and offsets (kernels/quant_matrix.h)
-
-    bool quantized() const { return dtype == WeightDtype::q8 || dtype == WeightDtype::q4; }
-    const float* f32() const { return static_cast<const float*>(data); }
-    const uint16_t* f16() const { return static_cast<const uint16_t*>(data); }
-    // Row r as fp32 into out[cols]: an embedding lookup.
-    void row_to_f32(int64_t r, float* out) const;
-};
 
 // A linear layer: y = x . weight^T + bias.
 struct Linear {
@@ -105,9 +90,13 @@ bool model_has_quantized_matrix(const Model& model);
 // embedding" when they differ. Each distinct storage once, the linear layers' first.
 std::string weight_format(const Model& model);
 
-// Loads MODEL_DIR (config.json + weights), or a GGUF file (gguf_model.h); throws kvx::Error on any mismatch
-// between config and weights, including a tensor the architecture does not use.
-Model load_model(const std::string& model_dir);
+// Loads a model folder (config.json + weights) or a GGUF file (gguf_model.h), whichever `path` is; throws
+// kvx::Error on any mismatch between config and weights, including a tensor the architecture does not use.
+// Defined in load_model.cpp, which picks the reader: each reader includes this header, not the other way.
+Model load_model(const std::string& path);
+
+// The model folder's reader: config.json and model.safetensors.
+Model load_model_folder(const std::string& model_dir);
 
 // Throws kvx::Error naming the first tensor of the weights file that holds a NaN or an infinity, and how many.
 // A full read of every weight (kvx --check-weights; the converter checks by default): a model that computes

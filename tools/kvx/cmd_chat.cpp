@@ -18,6 +18,8 @@
 #include "commands.h"
 #include "engine/generation/chat_session.h"
 #include "engine/generation/load_tokenizer.h"
+#include "engine/model/chat_format.h"
+#include "engine/model/chat_format_markers.h"
 #include "kernels/error.h"
 #include "output.h"
 #include "sampling_options.h"
@@ -36,7 +38,26 @@ struct ChatOptions {
     bool system_given = false;
     bool verbose = false;
     bool parse_special = false;
+    std::string chat_template;  // --chat-template: a format name or a Jinja file, in place of the model's own
 };
+
+// The chat format --chat-template gives: a format kvx applies, by name, or a Jinja template file recognised as
+// one (engine/model/chat_format_markers.h); a file kvx cannot place is refused with the reason.
+ChatConfig chat_config_from_option(const std::string& value) {
+    ChatConfig chat;
+    chat.template_file = value;
+    if (find_chat_format(value)) {
+        chat.format = value;
+        return chat;
+    }
+    constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
+    chat = recognise_chat_template(read_text_file(value, "chat template", kMaxTemplateBytes));
+    chat.template_file = value;
+    if (chat.format.empty())
+        throw Error("--chat-template '" + value + "': " + chat.unsupported_reason + "; name a format instead (" +
+                    std::string(chat_format_names()) + ")");
+    return chat;
+}
 
 std::atomic<int> g_interrupts{0};  // Ctrl-C presses; lock-free, so the signal handler may touch it
 
@@ -99,7 +120,11 @@ void run_chat(const ChatOptions& o) {
     apply_speculative_flags(o.speculative, speculative);
 
     LoadedModel loaded = load_for_run(o.run);
-    const ModelConfig& config = loaded.model->config;
+    ModelConfig config = loaded.model->config;  // with --chat-template's format in place of the model's own
+    if (!o.chat_template.empty()) {
+        config.chat = chat_config_from_option(o.chat_template);
+        config.has_chat = true;
+    }
     const auto tokenizer = load_tokenizer(loaded.model->dir, config);
     ChatSession chat(*loaded.engine, config, *tokenizer,
                      o.system_given ? std::optional<std::string>(o.system) : std::nullopt, o.parse_special);
@@ -169,6 +194,9 @@ void add_chat_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--system", o->system, "System message (default: the chat template's own, if any; \"\" = none)")
         ->each([o](const std::string&) { o->system_given = true; });
+    cmd->add_option("--chat-template", o->chat_template,
+                    "The chat format, for a model whose file has no template or one kvx does not recognise: a format "
+                    "name (chatml, gemma, ...) or a Jinja template file");
     cmd->add_flag("--verbose", o->verbose,
                   "Print the tokens each turn appends to the cache, and every cache operation (stderr)");
     cmd->add_flag("--parse-special", o->parse_special,
