@@ -252,7 +252,8 @@ def machine_info(load_before):
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    return {"cpu": cpu, "cores": os.cpu_count(), "isa": [f for f in ("avx512f", "avx2", "fma") if f in flags],
+    isa = [f for f in ("avx512f", "avx512_vnni", "avx_vnni", "avx2", "fma") if f in flags]
+    return {"cpu": cpu, "cores": os.cpu_count(), "isa": isa,
             "kernel": platform.release(), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_average_before": load_before, "load_average_after": os.getloadavg()}
 

@@ -1,0 +1,196 @@
+"""kvx and llama.cpp b11434 (llamacpp_peer.py) side by side on the same GGUF files: decode and prefill
+tokens/s, or (--mem) the wall time and peak RSS of a one-token generation.
+
+    python3 -m kvx_tools.bench.gguf_speed [--types Q4_K_M ... gemma3] [--threads 1 2] [--rounds 3]
+        [--engines llama.cpp kvx] [--json PATH] [--mem]
+
+Files: SmolLM2-135M-Instruct's Q4_1 GGUF (fetch_smollm2) requantized by llama-quantize to each SmolLM2 type of
+--types (kept in --work), and "gemma3", Gemma 3 270M's own Q4_K_M (fetch_gemma3).
+Workloads, as llama-bench measures them (llamacpp_peer.BENCH_KINDS):
+  decode: 256 new tokens after a 128-token context; kvx: a 128-token prompt, then -n 256, its decode rate;
+  prefill: a 512-token prompt; kvx: that prompt with -n 1, its prefill rate.
+kvx's prompt ids: bench/prompts/smollm2.txt for SmolLM2; for Gemma 3, llama-tokenize's ids of
+testdata/text/harbour_town.txt. For each file and thread count, every round runs each engine once, one after
+the other, so that all see the same machine; the table gives the medians over the rounds and kvx / llama.cpp.
+llama-bench runs its own warm-up before each measurement; kvx runs once unwarmed per round.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..checkout import REPO, recorded_path
+from ..export.fetch_gemma3 import fetch_gemma3
+from ..export.fetch_smollm2 import FetchError, default_cache, fetch_smollm2
+from . import llamacpp_peer
+from .e2e_engines import Kvx
+from .e2e_speed import machine_info
+
+SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS"]
+GEMMA3 = "gemma3"
+DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT = 128, 256, 512
+ENGINES = ["llama.cpp", "kvx"]
+
+
+def gguf_files(types, cache, work):
+    """{label: GGUF path} for --types, fetching and requantizing what is missing."""
+    files = {}
+    for type_name in types:
+        if type_name == GEMMA3:
+            files["gemma3-270m Q4_K_M"] = fetch_gemma3(cache)
+        else:
+            source = fetch_smollm2(cache)
+            files[f"smollm2-135m {type_name}"] = llamacpp_peer.quantize(
+                source, work / f"SmolLM2-135M-Instruct.{type_name}.gguf", type_name)
+    return files
+
+
+def prompt_source(label, gguf):
+    """kvx's prompt ids for this file, at least PREFILL_PROMPT of them."""
+    if label.startswith("gemma3"):
+        ids = llamacpp_peer.tokenize(gguf, REPO / "testdata" / "text" / "harbour_town.txt")
+    else:
+        ids = [int(t) for t in (REPO / "bench" / "prompts" / "smollm2.txt").read_text().split(",")]
+    if len(ids) < PREFILL_PROMPT:
+        sys.exit(f"gguf_speed: only {len(ids)} prompt ids for {label}, {PREFILL_PROMPT} needed")
+    return ids
+
+
+def measure_round(engine, gguf, threads, ids, args):
+    """{'decode': tokens/s, 'prefill': tokens/s} of one engine, one round."""
+    if engine == "llama.cpp":
+        results = {kind: llamacpp_peer.bench(gguf, threads, kind, args.repetitions) for kind in ("decode", "prefill")}
+        args.peer_build = {"number": results["decode"].build_number, "commit": results["decode"].build_commit}
+        return {kind: result.tokens_per_s for kind, result in results.items()}
+    kvx = Kvx(args.kvx, "gguf", threads, str(gguf))
+    return {"decode": kvx.run(ids[:DECODE_CONTEXT], DECODE_NEW).decode_tokens_per_s,
+            "prefill": kvx.run(ids[:PREFILL_PROMPT], 1).prefill_tokens_per_s}
+
+
+def speed_rows(files, args):
+    rows = []
+    for label, gguf in files.items():
+        ids = prompt_source(label, gguf) if "kvx" in args.engines else []
+        for threads in args.threads:
+            runs = {engine: {"decode": [], "prefill": []} for engine in args.engines}
+            for round_index in range(args.rounds):
+                for engine in args.engines:
+                    for kind, rate in measure_round(engine, gguf, threads, ids, args).items():
+                        runs[engine][kind].append(rate)
+                print(f"gguf_speed: {label}, {threads} threads, round {round_index + 1} of {args.rounds}",
+                      file=sys.stderr, flush=True)
+            rows.append({"file": label, "gguf": recorded_path(gguf), "threads": threads, "runs": runs,
+                         "median": {e: {k: statistics.median(v) for k, v in r.items()} for e, r in runs.items()}})
+    return rows
+
+
+def ratio(row, kind):
+    medians = row["median"]
+    if "kvx" not in medians or "llama.cpp" not in medians:
+        return None
+    return medians["kvx"][kind] / medians["llama.cpp"][kind]
+
+
+def speed_table(rows, engines):
+    kinds = ("decode", "prefill")
+    head = ["file", "threads"] + [f"{e} {k} tok/s" for k in kinds for e in engines]
+    if len(engines) == 2:
+        head += [f"kvx/llama.cpp {k}" for k in kinds]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["file"], str(row["threads"])]
+        cells += [f"{row['median'][e][k]:.1f}" for k in kinds for e in engines]
+        if len(engines) == 2:
+            cells += [f"{ratio(row, k):.2f}" for k in kinds]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def timed_run(cmd):
+    """(wall seconds, peak RSS in MiB) of cmd, a child of its own: os.wait4 gives that child's rusage alone."""
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            sys.exit(f"gguf_speed: {Path(str(cmd[0])).name} failed ({proc.returncode}):\n"
+                     f"{out.read().decode(errors='replace')[-1500:]}")
+    return wall, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+
+
+def mem_rows(files, args):
+    """Load cost: one-token generations, rounds interleaving the engines; medians of wall time and peak RSS."""
+    rows = []
+    for label, gguf in files.items():
+        ids = prompt_source(label, gguf)[:8] if "kvx" in args.engines else []
+        threads = args.threads[0]
+        commands = {"llama.cpp": llamacpp_peer.one_token_command(gguf, threads),
+                    "kvx": Kvx(args.kvx, "gguf", threads, str(gguf)).command(ids, 1)}
+        runs = {engine: [] for engine in args.engines}
+        for _ in range(args.rounds):
+            for engine in args.engines:
+                runs[engine].append(timed_run(commands[engine]))
+        rows.append({"file": label, "threads": threads, "command": {e: commands[e][0].rsplit("/", 1)[-1]
+                                                                    for e in args.engines},
+                     "median": {e: {"wall_s": statistics.median(w for w, _ in r),
+                                    "peak_rss_mib": statistics.median(m for _, m in r)} for e, r in runs.items()}})
+    return rows
+
+
+def mem_table(rows, engines):
+    head = ["file"] + [f"{e} {what}" for e in engines for what in ("wall s", "peak RSS MiB")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["file"]] + [f"{row['median'][e][k]:.{p}f}" for e in engines
+                                 for k, p in (("wall_s", 2), ("peak_rss_mib", 0))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--types", nargs="+", default=SMOLLM2_TYPES + [GEMMA3], choices=SMOLLM2_TYPES + [GEMMA3])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="--mem uses the first")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repetitions", type=int, default=2, help="llama-bench's -r within each round")
+    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    parser.add_argument("--mem", action="store_true", help="wall time and peak RSS of a one-token generation")
+    parser.add_argument("--kvx", type=Path, default=REPO / "build" / "bin" / "kvx")
+    parser.add_argument("--cache", type=Path, default=default_cache(), help="model cache (fetch_smollm2's)")
+    parser.add_argument("--work", type=Path, default=REPO / ".cache" / "gguf_speed",
+                        help="where the requantized SmolLM2 files are kept")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.repetitions < 1 or min(args.threads) < 1:
+        parser.error("--rounds, --repetitions and --threads must be at least 1")
+    args.engines = [e for e in ENGINES if e in args.engines]  # llama.cpp first, whatever the order given
+    if "kvx" in args.engines and not args.kvx.is_file():
+        parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
+    try:
+        files = gguf_files(args.types, args.cache, args.work)
+        load_before = os.getloadavg()
+        args.peer_build = None  # llama-bench's report of itself, set by measure_round
+        rows = mem_rows(files, args) if args.mem else speed_rows(files, args)
+    except (llamacpp_peer.PeerError, FetchError, OSError) as e:
+        sys.exit(f"gguf_speed: {e}")
+    print(mem_table(rows, args.engines) if args.mem else speed_table(rows, args.engines))
+    if args.peer_build:
+        print(f"llama.cpp: llama-bench build {args.peer_build['number']} ({args.peer_build['commit']})")
+    if args.json:
+        result = {"machine": machine_info(load_before), "engines": args.engines,
+                  "llamacpp_build": args.peer_build,
+                  "kind": "mem" if args.mem else "speed", "rows": rows}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
