@@ -205,7 +205,8 @@ GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>
         int64_t elements = 1;
         for (uint32_t d = 0; d < n_dims; ++d) {
             const uint64_t dim = c.u64("the dims of " + what);
-            if (dim == 0 || dim > static_cast<uint64_t>(kMaxElements) || static_cast<uint64_t>(elements) * dim > static_cast<uint64_t>(kMaxElements))
+            // Divided, not multiplied: elements * dim could wrap past 2^64 and pass.
+            if (dim == 0 || dim > static_cast<uint64_t>(kMaxElements / elements))
                 fail(what + " has a dim of " + std::to_string(dim) + ": empty, or more than 2^44 values in all");
             elements *= static_cast<int64_t>(dim);
             tensor.dims.push_back(static_cast<int64_t>(dim));

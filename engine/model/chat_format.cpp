@@ -6,8 +6,10 @@ namespace kvx {
 namespace {
 
 constexpr ChatFormat kFormats[] = {
-    {"chatml", "<|im_start|>", "<|im_end|>", "assistant", /*system_turn=*/true, /*trim_messages=*/false},
-    {"gemma", "<start_of_turn>", "<end_of_turn>", "model", /*system_turn=*/false, /*trim_messages=*/true},
+    {"chatml", "<|im_start|>", "<|im_end|>", "assistant", /*system_turn=*/true, /*trim_messages=*/false,
+     /*template_writes_bos=*/false},
+    {"gemma", "<start_of_turn>", "<end_of_turn>", "model", /*system_turn=*/false, /*trim_messages=*/true,
+     /*template_writes_bos=*/true},
 };
 
 }  // namespace

@@ -21,6 +21,8 @@ struct ChatFormat {
     bool system_turn;                 // the system message is a turn of its own; else it leads the first user
                                       // message, a blank line between them
     bool trim_messages;               // user messages lose leading and trailing whitespace, as the template trims them
+    bool template_writes_bos;         // the family's own templates start with bos_token: what a format given by
+                                      // name (kvx chat --chat-template gemma) takes for ChatConfig::add_bos
 };
 
 // The format named `name`, or null.

@@ -180,6 +180,21 @@ class Gemma3(unittest.TestCase):
         self.assertLessEqual(err, 0.08 * scale)
         self.assertGreaterEqual(agree, 0.9)
 
+    def test_chat_with_the_gguf_file(self):
+        """The GGUF has no chat template: kvx chat refuses it in one line naming --chat-template, and with
+        --chat-template gemma writes the turn tokens of the exported model, whose template jinja2 rendered."""
+        def turn_tokens(model, *flags):
+            proc = subprocess.run([KVX, "chat", "-m", str(model), "--temp", "0", "-n", "4", "--verbose", *flags],
+                                  input=CHAT_QUESTIONS[0] + "\n", capture_output=True, text=True, timeout=600)
+            return proc, re.findall(r"^kvx: turn 1 tokens:((?: -?\d+)*)$", proc.stderr, re.M)
+        refused, _ = turn_tokens(self.gguf)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("--chat-template", refused.stderr.strip())
+        self.assertEqual(len(refused.stderr.strip().splitlines()), 1, refused.stderr)
+        proc, direct = turn_tokens(self.gguf, "--chat-template", "gemma")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(direct, turn_tokens(self.model)[1])
+
     def _kvx_tokens(self, text):
         return [int(t) for t in _kvx("tokenize", "-m", str(self.model), "-p", text).strip().split(",")]
 

@@ -53,7 +53,7 @@ KvDtype kv_dtype_for(const std::string& name) {
 }
 
 void add_run_options(CLI::App& command, RunOptions& o) {
-    command.add_option("-m,--model", o.model_dir, "Model directory written by 'kvx convert' (default: the built-in stories260K)");
+    command.add_option("-m,--model", o.model_dir, "Model directory written by 'kvx convert', or a GGUF file (default: the built-in stories260K)");
     command.add_option("-t,--threads", o.threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
     command.add_option("-c,--context", o.context, "Most tokens the sequence may hold (default: the model's maximum)")
         ->check(CLI::NonNegativeNumber);

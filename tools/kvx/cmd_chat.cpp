@@ -43,11 +43,12 @@ struct ChatOptions {
 
 // The chat format --chat-template gives: a format kvx applies, by name, or a Jinja template file recognised as
 // one (engine/model/chat_format_markers.h); a file kvx cannot place is refused with the reason.
-ChatConfig chat_config_from_option(const std::string& value) {
+ChatConfig chat_config_from_option(const std::string& value, const ModelConfig& config) {
     ChatConfig chat;
     chat.template_file = value;
-    if (find_chat_format(value)) {
+    if (const ChatFormat* format = find_chat_format(value)) {
         chat.format = value;
+        chat.add_bos = format->template_writes_bos && config.bos_token_id >= 0;
         return chat;
     }
     constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
@@ -122,7 +123,7 @@ void run_chat(const ChatOptions& o) {
     LoadedModel loaded = load_for_run(o.run);
     ModelConfig config = loaded.model->config;  // with --chat-template's format in place of the model's own
     if (!o.chat_template.empty()) {
-        config.chat = chat_config_from_option(o.chat_template);
+        config.chat = chat_config_from_option(o.chat_template, config);
         config.has_chat = true;
     }
     const auto tokenizer = load_tokenizer(loaded.model->dir, config);
