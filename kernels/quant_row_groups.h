@@ -1,4 +1,4 @@
-// A q4 matrix of rows (QuantLayout::rows) copied into row groups (QuantLayout::row_groups,
+// A q4 or q8 matrix of rows (QuantLayout::rows) copied into row groups (QuantLayout::row_groups,
 // kernels/quant_matrix.h), the layout the SIMD kernels read fastest: a backend makes the copy once, at load
 // time, and keeps the model directory's layout as it is.
 //
@@ -17,17 +17,24 @@
 
 namespace kvx {
 
-// Whether w can be copied into row groups: q4 in blocks of 32 around the format's zero, in rows.
+// Whether w can be copied into row groups: q4 or q8 in blocks of 32, around the format's zero or with a
+// minimum per block (GGUF's Q4_1, and Q4_K / Q5_K as gguf_matrix.h keeps them), in rows.
 inline bool row_groups_fit(const QuantMatrix& w) {
-    return w.layout == QuantLayout::rows && w.bits == 4 && w.block == 32 && w.offset == QuantOffset::none;
+    return w.layout == QuantLayout::rows && (w.bits == 4 || w.bits == 8) && w.block == 32 &&
+           (w.offset == QuantOffset::none || w.offset == QuantOffset::mins);
 }
 
-// The bytes of w's copy in row groups: the integers [row_groups][n_blocks][128], then the scales
-// [row_groups][n_blocks][8], fp32 or fp16 as w's.
+// The integer bytes of one block of a row group: 32 elements of 8 rows.
+inline int64_t row_group_block_bytes(const QuantMatrix& w) { return 32 * kQuantGroupRows * w.bits / 8; }
+
+// The bytes of w's copy in row groups: the integers [row_groups][n_blocks][row_group_block_bytes], then the
+// scales [row_groups][n_blocks][8], fp32 or fp16 as w's, then as many minimums for offset mins.
 inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
     const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
     const int64_t n_blocks = w.padded_cols / 32;
-    return static_cast<size_t>(groups * n_blocks) * (128 + kQuantGroupRows * (w.scales_f16 ? 2 : 4));
+    const int64_t tables = w.offset == QuantOffset::mins ? 2 : 1;
+    return static_cast<size_t>(groups * n_blocks) *
+           static_cast<size_t>(row_group_block_bytes(w) + tables * kQuantGroupRows * (w.scales_f16 ? 2 : 4));
 }
 
 // Copies w [rows][.] (which must fit, row_groups_fit) into dst, row_groups_bytes(w, rows) bytes at any
@@ -36,25 +43,39 @@ inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_
     const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
     const int64_t n_blocks = w.padded_cols / 32;
     const size_t scale_bytes = w.scales_f16 ? 2 : 4;
-    uint8_t* q = dst;                                                 // [groups][n_blocks][128]
-    uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks) * 128;  // [groups][n_blocks][8]
-    // Padding rows: integers 8 (weight 0 around the zero of 8) and scale 0, so that they add nothing.
-    std::memset(q, 0x88, static_cast<size_t>(groups * n_blocks) * 128);
-    std::memset(scales, 0, static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes);
+    const int64_t block_bytes = row_group_block_bytes(w);
+    const int chunks = w.bits == 8 ? 8 : 4;  // of 4 bytes per row, in a block
+    uint8_t* q = dst;                                                         // [groups][n_blocks][block_bytes]
+    uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * block_bytes);  // [groups][n_blocks][8]
+    const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes;
+    uint8_t* mins = w.offset == QuantOffset::mins ? scales + table_bytes : nullptr;  // [groups][n_blocks][8]
+    // Padding rows: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum 0, so
+    // that they add nothing.
+    std::memset(q, w.bits == 8 ? 0x80 : 0x88, static_cast<size_t>(groups * n_blocks * block_bytes));
+    std::memset(scales, 0, table_bytes);
+    if (mins) std::memset(mins, 0, table_bytes);
     QuantMatrix copy = w;
     copy.q = q;
     copy.scales = scales;
+    copy.offsets = mins;
     copy.layout = QuantLayout::row_groups;
     const auto* from_scales = static_cast<const uint8_t*>(w.scales);
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t i = 0; i < n_blocks; ++i) {
-            // Row r's block i: 16 bytes at the same table position as its scale, in either layout.
+            // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
             const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
-            const uint8_t* src = w.q + from * 16;
-            uint8_t* to_q = q + to / kQuantGroupRows * 128 + r % kQuantGroupRows * 4;
-            for (int chunk = 0; chunk < 4; ++chunk) std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
+            const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
+            uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
+            for (int chunk = 0; chunk < chunks; ++chunk) {
+                std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
+                if (w.bits == 8)
+                    for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
+            }
             std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
                         from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
+            if (mins)
+                std::memcpy(mins + static_cast<size_t>(to) * scale_bytes,
+                            static_cast<const uint8_t*>(w.offsets) + static_cast<size_t>(from) * scale_bytes, scale_bytes);
         }
     return copy;
 }

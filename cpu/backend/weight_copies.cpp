@@ -88,6 +88,7 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
             if (model.weights) {
                 model.weights->release_pages(w->quant.q, t.q);
                 model.weights->release_pages(w->quant.scales, t.scales);
+                if (w->quant.offsets) model.weights->release_pages(w->quant.offsets, t.offsets);
             }
         } else {
             copy.q = move(w->quant.q, t.q);

@@ -14,7 +14,7 @@
 namespace kvx::cpu {
 namespace {
 
-constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512};
+constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512, SimdLevel::avx512_vnni};
 
 #if KVX_CPU_X86_SIMD
 // __builtin_cpu_supports checks the OS too (that it saves the ymm / zmm state); F16C is read from CPUID
@@ -36,6 +36,8 @@ bool machine_runs(SimdLevel level) {
             // matmul's byte arithmetic and masked 8- and 16-bit loads.
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+        case SimdLevel::avx512_vnni:
+            return machine_runs(SimdLevel::avx512) && __builtin_cpu_supports("avx512vnni");
     }
     return false;
 }
@@ -58,6 +60,8 @@ const IsaTables& tables_of(SimdLevel level) {
                     supported_names() + ")");
     switch (level) {
 #if KVX_CPU_X86_SIMD
+        case SimdLevel::avx512_vnni:
+            return avx512_vnni::tables();
         case SimdLevel::avx512:
             return avx512::tables();
         case SimdLevel::avx2:
@@ -78,6 +82,8 @@ const char* simd_level_name(SimdLevel level) {
             return "avx2";
         case SimdLevel::avx512:
             return "avx512";
+        case SimdLevel::avx512_vnni:
+            return "avx512vnni";
     }
     return "unknown";
 }

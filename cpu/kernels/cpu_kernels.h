@@ -18,9 +18,10 @@ enum class SimdLevel {
     portable,  // plain C++, vectorised by the compiler for the baseline target
     avx2,      // AVX2 + FMA + F16C, 8 fp32 lanes
     avx512,    // AVX-512F/BW/VL + FMA + F16C, 16 fp32 lanes (BW/VL for the quantized matmul)
+    avx512_vnni,  // avx512 + VNNI: the quantized matmul's int8 dot products in vpdpbusd
 };
 
-// "portable", "avx2", "avx512": also the values --simd and KVX_SIMD accept.
+// "portable", "avx2", "avx512", "avx512vnni": also the values --simd and KVX_SIMD accept.
 const char* simd_level_name(SimdLevel level);
 
 // The level simd_level_name gives `name`, or nothing for any other name.

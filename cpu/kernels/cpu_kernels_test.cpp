@@ -544,6 +544,7 @@ TEST_CASE("supported levels start with portable and end with the best", "[dispat
     CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::portable)) == "portable");
     CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::avx2)) == "avx2");
     CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::avx512)) == "avx512");
+    CHECK(std::string(kvx::cpu::simd_level_name(SimdLevel::avx512_vnni)) == "avx512vnni");
     for (SimdLevel level : kAllLevels) {
         const std::string name = kvx::cpu::simd_level_name(level);
         if (machine_runs(level)) {

@@ -1,5 +1,5 @@
 // The kernel tables of each SIMD level, one level per translation unit (isa_portable.cpp, isa_avx2.cpp,
-// isa_avx512.cpp). Internal to kvx_cpu_kernels: callers go through cpu_kernels.h, which checks the machine first.
+// isa_avx512.cpp, isa_avx512_vnni.cpp). Internal to kvx_cpu_kernels: callers go through cpu_kernels.h, which checks the machine first.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,9 @@ namespace avx2 {
 const IsaTables& tables();
 }
 namespace avx512 {
+const IsaTables& tables();
+}
+namespace avx512_vnni {
 const IsaTables& tables();
 }
 

@@ -17,7 +17,8 @@
 
 namespace kvx::cpu::testing {
 
-inline constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512};
+inline constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512,
+                                           SimdLevel::avx512_vnni};
 
 inline bool machine_runs(SimdLevel level) {
     const std::vector<SimdLevel> supported = kvx::cpu::supported_simd_levels();

@@ -16,7 +16,7 @@ int main(int argc, char* argv[]) {
     std::vector<kvx::ops::Implementation> implementations = {
         {.name = "reference", .table = kvx::reference_kernels(), .is_reference = true}};
     const std::vector<SimdLevel> supported = kvx::cpu::supported_simd_levels();
-    for (SimdLevel level : {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512}) {
+    for (SimdLevel level : {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512, SimdLevel::avx512_vnni}) {
         if (std::find(supported.begin(), supported.end(), level) == supported.end()) {
             std::printf("kernel ops: SIMD level %s left out: this machine cannot run it\n", kvx::cpu::simd_level_name(level));
             continue;

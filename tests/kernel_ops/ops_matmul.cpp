@@ -241,12 +241,18 @@ std::vector<Shape> matmul_q_shapes() {
                 ++turn;
                 add(n, k, m, {turn % 2 ? 4 : 8, turn % 3 == 0 ? 16 : 32, offsets[turn % 3], turn % 4 == 0});
             }
-    // Row groups (q4, block 32, zero 8): padded groups (m off 8), both scale types, both roundings.
-    for (int n : {1, 3, 9})
-        for (int k : {33, 576})
-            for (int m : {7, 29})
-                for (bool f16 : {false, true})
-                    add(n, k, m, {4, 32, QuantOffset::none, f16, f16 ? QuantXRounding::ggml : QuantXRounding::onnxruntime, true});
+    // Row groups (q4 and q8, block 32, the format's zero or minimums): padded groups (m off 8), both scale
+    // types, all roundings (ggml_k: a GGUF's Q8_0 and Q4_K matrices).
+    for (int bits : {4, 8})
+        for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
+            for (int n : {1, 3, 9})
+                for (int k : {33, 576})
+                    for (int m : {7, 29})
+                        for (bool f16 : {false, true})
+                            add(n, k, m, {bits, 32, offset, f16, f16 ? QuantXRounding::ggml : QuantXRounding::onnxruntime, true});
+    add(5, 300, 13, {8, 32, QuantOffset::none, true, QuantXRounding::ggml_k, true});
+    add(5, 300, 13, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k, true}, "Q4_K in row groups");
+    add(33, 640, 40, {8, 32, QuantOffset::none, true, QuantXRounding::ggml, true}, "q8 row groups, a prefill's rows");
     add(1, 576, 576, {4, 32, QuantOffset::none, true}, "SmolLM2-135M Q4_0 decode");
     add(1, 1536, 576, {8, 32, QuantOffset::none, true, QuantXRounding::ggml}, "SmolLM2-135M Q8_0 down");
     add(7, 576, 1536, {4, 32, QuantOffset::mins, true}, "SmolLM2-135M Q4_1 prefill");

@@ -5,7 +5,7 @@
 //
 //   kvx-bench [--simd LEVEL] [--ceiling_mib N] [--ceiling_passes N] [--ceiling_quick] [Google Benchmark flags]
 //
-//   --simd LEVEL        portable, avx2 or avx512 (default: KVX_SIMD, else the best this machine runs)
+//   --simd LEVEL        portable, avx2, avx512 or avx512vnni (default: KVX_SIMD, else the best this machine runs)
 //   --ceiling_mib N     MiB streamed to measure the read bandwidth, and copied to measure the device's
 //                       (default max(1024, 8 x L3): far beyond the L3 and the L2)
 //   --ceiling_passes N  passes per ceiling figure (default 11): the CPU read ceiling keeps the best pass of
@@ -98,7 +98,7 @@ SimdLevel chosen_level(std::string simd) {
         if (const char* env = std::getenv("KVX_SIMD")) simd = env;
     if (simd.empty() || simd == "auto") return kvx::cpu::best_simd_level();
     const std::optional<SimdLevel> level = kvx::cpu::simd_level_named(simd);
-    if (!level) fail("unknown SIMD level '" + simd + "' (use auto, avx512, avx2 or portable)");
+    if (!level) fail("unknown SIMD level '" + simd + "' (use auto, avx512vnni, avx512, avx2 or portable)");
     try {
         kvx::cpu::cpu_kernels(*level);  // throws when this machine cannot run it
     } catch (const std::exception& e) {

@@ -20,7 +20,7 @@ const KernelTable& kernels_for(const std::string& simd) {
     if (simd == "reference") return reference_kernels();
     if (simd == "auto") return cpu::cpu_kernels(cpu::best_simd_level());
     if (const std::optional<cpu::SimdLevel> level = cpu::simd_level_named(simd)) return cpu::cpu_kernels(*level);
-    throw Error("unknown --simd '" + simd + "' (use auto, avx512, avx2, portable or reference)");
+    throw Error("unknown --simd '" + simd + "' (use auto, avx512vnni, avx512, avx2, portable or reference)");
 }
 
 // --simd, else $KVX_SIMD where --simd is auto.
@@ -68,7 +68,7 @@ void add_run_options(CLI::App& command, RunOptions& o) {
                      "Read every weight before running and refuse the model if one is NaN or infinite (the "
                      "converter checks this when it writes a model)");
     command.add_option("--simd", o.simd,
-                       "CPU kernels: auto, avx512, avx2, portable, or reference (the plain fp32 oracle); "
+                       "CPU kernels: auto, avx512vnni, avx512, avx2, portable, or reference (the plain fp32 oracle); "
                        "the KVX_SIMD environment variable sets the default")
         ->capture_default_str();
 }

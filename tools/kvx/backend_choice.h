@@ -15,7 +15,7 @@ namespace kvx::cli {
 struct RunOptions {
     std::string model_dir;          // empty = the default model built with kvx
     std::string device = "cpu";     // cpu | cuda
-    std::string simd = "auto";      // auto | avx512 | avx2 | portable | reference (cpu only)
+    std::string simd = "auto";      // auto | avx512vnni | avx512 | avx2 | portable | reference (cpu only)
     int threads = 0;                // 0 = every core
     int context = 0;                // 0 = the model's max_seq_len
     int block_size = 16;

@@ -3,8 +3,9 @@
 // symmetric blocks of 32 with fp16 scales. As in bench_matmul.cpp, each call reads the next of a rotation of
 // copies of the matrix that together far exceed the L3 cache, so the GEMV's GB/s is against DRAM, the
 // figure a quantized decode step lives by; bytes per call are the integers plus the scales (and x and out).
-// q4 runs in row groups, the layout the CPU backend copies Q4_0 matrices into (kernels/quant_row_groups.h),
-// and as q4-rows in the model directory's layout, which other q4 blocks and offsets still use. Every table is
+// q4 and q8 run in row groups, the layout the CPU backend copies Q4_0 and Q8_0 matrices into
+// (kernels/quant_row_groups.h), and as q4-rows and q8-rows in the model directory's layout, which other
+// blocks and offsets still use. Every table is
 // in huge pages, as the engine's copies are (cpu/backend/weight_copies.h).
 #include <algorithm>
 #include <cstring>
@@ -78,7 +79,7 @@ QuantData make_data(int bits, int n, int k, int m, bool row_groups) {
     fill_random(d.x, 6);
     d.out.resize(static_cast<size_t>(n) * static_cast<size_t>(m));
     if (row_groups) {
-        const size_t bytes = row_groups_bytes(d.rows(bits, 0), m);  // 144 per group and block: copies stay aligned
+        const size_t bytes = row_groups_bytes(d.rows(bits, 0), m);  // 144 or 272 per group and block: aligned
         d.grouped = cpu::HugePageBuffer(d.copies * bytes);
         for (size_t copy = 0; copy < d.copies; ++copy)
             d.row_groups.push_back(copy_to_row_groups(d.rows(bits, copy), m, d.grouped.data() + copy * bytes));
@@ -123,10 +124,12 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
     for (const auto& [k, m] : kShapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
 }
 
-BENCHMARK(matmul_q<8, false>)->Name("gemv/q8")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<8, true>)->Name("gemv/q8")->Apply(gemv_shapes);
+BENCHMARK(matmul_q<8, false>)->Name("gemv/q8-rows")->Apply(gemv_shapes);
 BENCHMARK(matmul_q<4, true>)->Name("gemv/q4")->Apply(gemv_shapes);
 BENCHMARK(matmul_q<4, false>)->Name("gemv/q4-rows")->Apply(gemv_shapes);
-BENCHMARK(matmul_q<8, false>)->Name("gemm/q8")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<8, true>)->Name("gemm/q8")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<8, false>)->Name("gemm/q8-rows")->Apply(gemm_shapes);
 BENCHMARK(matmul_q<4, true>)->Name("gemm/q4")->Apply(gemm_shapes);
 BENCHMARK(matmul_q<4, false>)->Name("gemm/q4-rows")->Apply(gemm_shapes);
 
