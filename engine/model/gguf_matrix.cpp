@@ -9,6 +9,7 @@
 #include "engine/model/weight_matrix.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
+#include "kernels/quant_row_groups.h"
 
 namespace kvx {
 namespace {
@@ -307,7 +308,7 @@ std::string gguf_matrix_type_names() {
 }
 
 WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, int64_t rows, int64_t cols,
-                                const std::vector<int64_t>* row_order, WeightArena& arena) {
+                                const std::vector<int64_t>* row_order, QuantLayout quant_layout, WeightArena& arena) {
     const GgmlTypeInfo& info = ggml_type_info(tensor.type);
     const size_t row_bytes = static_cast<size_t>(cols / info.block_values * info.block_bytes);
     auto source_row = [&](int64_t r) { return tensor.data + static_cast<size_t>(row_order ? (*row_order)[static_cast<size_t>(r)] : r) * row_bytes; };
@@ -358,7 +359,10 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     m.dtype = r->bits == 4 ? WeightDtype::q4 : WeightDtype::q8;
     // Every GGUF row is a whole number of blocks of 32 or 256, so padded_cols == cols: nothing to pad.
     const QuantTableBytes t = quant_table_bytes(q, rows);
-    uint8_t* q_table = arena.allocate(round_up_64(t.q) + round_up_64(t.scales) + t.offsets);
+    const bool in_row_groups = quant_layout == QuantLayout::row_groups && row_groups_fit(q);
+    const size_t rows_bytes = round_up_64(t.q) + round_up_64(t.scales) + t.offsets;
+    std::vector<uint64_t> scratch(in_row_groups ? (rows_bytes + 7) / 8 : 0);  // the rows layout, on its way
+    uint8_t* q_table = in_row_groups ? reinterpret_cast<uint8_t*>(scratch.data()) : arena.allocate(rows_bytes);
     uint8_t* scales = q_table + round_up_64(t.q);
     uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(t.scales) : nullptr;
     const size_t q_row = static_cast<size_t>(q.padded_cols) * static_cast<size_t>(q.bits) / 8;
@@ -369,6 +373,7 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     q.q = q_table;
     q.scales = scales;
     q.offsets = mins;
+    if (in_row_groups) q = copy_to_row_groups(q, rows, arena.allocate(row_groups_bytes(q, rows)));
     m.data = q.q;
     file.release_pages(tensor.data, tensor.nbytes);
     return m;

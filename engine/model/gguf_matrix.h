@@ -78,8 +78,10 @@ private:
 // The tensor as a [rows][cols] matrix (GGUF dims {cols, rows}, checked by the caller). Block types are moved
 // into storage from `arena`; BF16 widens into fp32 there (exact). row_order: where given, kvx row r is
 // the tensor's row row_order[r] (llama.cpp's Q/K row permutation undone); F32/F16 tensors are then copied too.
-// x_rounding: the activations' rounding for the quantized kinds. Throws kvx::Error for a type kvx does not keep.
+// x_rounding: the activations' rounding for the quantized kinds. quant_layout row_groups: a block matrix that
+// fits (kernels/quant_row_groups.h) is stored in row groups, the rows layout only passing through a scratch
+// buffer, so that the weights are held once. Throws kvx::Error for a type kvx does not keep.
 WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, int64_t rows, int64_t cols,
-                                const std::vector<int64_t>* row_order, WeightArena& arena);
+                                const std::vector<int64_t>* row_order, QuantLayout quant_layout, WeightArena& arena);
 
 }  // namespace kvx

@@ -50,7 +50,8 @@ constexpr std::string_view kEndOfTurnTexts[] = {"<|eot_id|>", "<|im_end|>", "<en
 
 class GgufModelReader {
 public:
-    GgufModelReader(const GgufFile& file, Model& m) : f_(file), m_(m), arena_(m.owned_weights) {}
+    GgufModelReader(const GgufFile& file, Model& m, QuantLayout quant_layout)
+        : f_(file), m_(m), arena_(m.owned_weights), quant_layout_(quant_layout) {}
 
     [[noreturn]] void fail(const std::string& what) const { f_.fail(what); }
 
@@ -111,7 +112,7 @@ public:
     Norm norm(const std::string& name, int64_t n) { return Norm{vector(required(name, {n})), nullptr}; }
 
     WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols, const std::vector<int64_t>* row_order = nullptr) {
-        return gguf_weight_matrix(f_, required(name, {cols, rows}), rows, cols, row_order, arena_);
+        return gguf_weight_matrix(f_, required(name, {cols, rows}), rows, cols, row_order, quant_layout_, arena_);
     }
     Linear linear(const std::string& prefix, int64_t rows, int64_t cols, const std::vector<int64_t>* row_order = nullptr) {
         Linear l{matrix(prefix + ".weight", rows, cols, row_order), nullptr};
@@ -142,6 +143,7 @@ private:
     const GgufFile& f_;
     Model& m_;
     WeightArena arena_;
+    QuantLayout quant_layout_;
     std::set<std::string> taken_;
 };
 
@@ -253,12 +255,12 @@ std::string gguf_architecture_names() {
     return names;
 }
 
-Model load_gguf_model(const std::string& path) {
+Model load_gguf_model(const std::string& path, QuantLayout quant_layout) {
     Model m;
     m.dir = path;
     m.gguf = std::make_unique<GgufFile>(path);
     const GgufFile& f = *m.gguf;
-    GgufModelReader r(f, m);
+    GgufModelReader r(f, m, quant_layout);
     const std::optional<std::string_view> arch = f.string("general.architecture");
     if (!arch) r.fail("metadata 'general.architecture' is missing");
     const GgufFamily* family = find_family(*arch);

@@ -16,7 +16,8 @@ bool is_gguf_file(const std::string& path);
 
 // Throws kvx::Error naming the file and the problem: an architecture or tensor type kvx does not run, metadata
 // missing or out of range, a tensor missing, of the wrong shape, or one the architecture does not use.
-Model load_gguf_model(const std::string& path);
+// quant_layout: as load_model's (model.h).
+Model load_gguf_model(const std::string& path, QuantLayout quant_layout = QuantLayout::rows);
 
 // The architectures load_gguf_model reads, "llama, qwen2, ...": for messages.
 std::string gguf_architecture_names();

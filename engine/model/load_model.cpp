@@ -4,6 +4,8 @@
 
 namespace kvx {
 
-Model load_model(const std::string& path) { return is_gguf_file(path) ? load_gguf_model(path) : load_model_folder(path); }
+Model load_model(const std::string& path, QuantLayout quant_layout) {
+    return is_gguf_file(path) ? load_gguf_model(path, quant_layout) : load_model_folder(path);
+}
 
 }  // namespace kvx

@@ -93,7 +93,9 @@ std::string weight_format(const Model& model);
 // Loads a model folder (config.json + weights) or a GGUF file (gguf_model.h), whichever `path` is; throws
 // kvx::Error on any mismatch between config and weights, including a tensor the architecture does not use.
 // Defined in load_model.cpp, which picks the reader: each reader includes this header, not the other way.
-Model load_model(const std::string& path);
+// quant_layout: the layout the backend's kernels read quantized matrices fastest (KernelTable::matmul_q_layout);
+// a GGUF's block matrices that fit it are laid out so once, at load time, and not copied again by the backend.
+Model load_model(const std::string& path, QuantLayout quant_layout = QuantLayout::rows);
 
 // The model folder's reader: config.json and model.safetensors.
 Model load_model_folder(const std::string& model_dir);

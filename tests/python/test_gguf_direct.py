@@ -192,6 +192,21 @@ class Models(Folder):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(np.load(out).shape, (3, 8))
 
+    def test_block_matrices_loaded_into_row_groups_give_the_reference_logits(self):
+        """The SIMD levels load Q8_0, Q4_0 and Q4_1 straight into row groups (gguf_matrix.h); the reference
+        reads them in rows. Their logits differ only by the int8 rounding of the activations."""
+        for kind in (T.Q8_0, T.Q4_0, T.Q4_1):
+            with self.subTest(type=kind.name):
+                path = tiny_llama(self.dir / f"{kind.name}.gguf", kind=kind)
+                want_out, got_out = self.dir / "want.npy", self.dir / "got.npy"
+                proc = run_kvx("logits", "-m", path, "--tokens", "1,2,3,4,5", "-o", want_out, "--simd", "reference")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                proc = run_kvx("logits", "-m", path, "--tokens", "1,2,3,4,5", "-o", got_out)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                want, got = np.load(want_out), np.load(got_out)
+                self.assertGreater(np.abs(want).max(), 0.1)
+                np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
     def test_refusals_name_the_problem(self):
         cases = [
             (dict(arch="bert"), ["architecture 'bert'", "llama"]),

@@ -66,7 +66,7 @@ void write_tensor(const GgufFile& f, const std::string& name, const std::string&
     const int64_t rows = t->elements() / cols;
     std::vector<OwnedBytes> chunks;
     WeightArena arena(chunks);
-    const WeightMatrix m = gguf_weight_matrix(f, *t, rows, cols, nullptr, arena);
+    const WeightMatrix m = gguf_weight_matrix(f, *t, rows, cols, nullptr, QuantLayout::rows, arena);
     std::vector<float> values(static_cast<size_t>(rows * cols));  // [rows][cols]
     for (int64_t r = 0; r < rows; ++r) m.row_to_f32(r, values.data() + r * cols);
     write_npy_f32(output, values, {rows, cols});
