@@ -13,13 +13,14 @@
 //       in its low nibble and element 32g + t + 16 in its high nibble, so one mask and one shift unpack a
 //       group into 32 bytes in element order.
 //
-// Layout row_groups (q4 or q8, block 32, offset none or mins; kernels/quant_row_groups.h makes it from rows):
+// Layout row_groups (q4 in blocks of 32, q8 in blocks of 16 or 32; offset none or mins;
+// kernels/quant_row_groups.h makes it from rows):
 // eight rows side by side, so that a SIMD register holds the same four bytes of eight rows and a whole
 // block's integer dot product stays in one lane per row, with no horizontal sum. For row group G (rows
 // 8G .. 8G + 7, the last one padded with rows of zero weight) and block i:
 //   q4:     [row_groups][n_blocks][4 chunks][8 rows][4 bytes]: byte b < 16 of row 8G + l's q4 block (as above)
 //           at chunk b / 4, offset 4 l + b % 4
-//   q8:     [row_groups][n_blocks][8 chunks][8 rows][4 bytes]: element b of row 8G + l's block at chunk b / 4,
+//   q8:     [row_groups][n_blocks][block / 4 chunks][8 rows][4 bytes]: element b of row 8G + l's block at chunk b / 4,
 //           offset 4 l + b % 4, stored as q + 128 (offset binary: unsigned, with the zero at 128, as the
 //           unsigned operand of the byte multiplies wants it)
 //   scales: [row_groups][n_blocks][8 rows], and the minimums (offset mins) the same
@@ -104,9 +105,9 @@ inline QuantTableBytes quant_table_bytes(const QuantMatrix& w, int64_t rows) {
 // Element j of row r's integers, 0..15 for q4, -128..127 for q8.
 inline int32_t quant_value(const QuantMatrix& w, int64_t r, int64_t j) {
     if (w.layout == QuantLayout::row_groups && w.bits == 8) {
-        const int64_t block = (r / kQuantGroupRows) * (w.padded_cols / 32) + j / 32;
-        const int64_t b = j % 32;
-        return w.q[block * 256 + b / 4 * 32 + r % kQuantGroupRows * 4 + b % 4] - 128;
+        const int64_t block = (r / kQuantGroupRows) * (w.padded_cols / w.block) + j / w.block;
+        const int64_t b = j % w.block;
+        return w.q[block * w.block * kQuantGroupRows + b / 4 * 32 + r % kQuantGroupRows * 4 + b % 4] - 128;
     }
     if (w.layout == QuantLayout::row_groups) {
         const int64_t block = (r / kQuantGroupRows) * (w.padded_cols / 32) + j / 32;

@@ -17,21 +17,21 @@
 
 namespace kvx {
 
-// Whether w can be copied into row groups: q4 or q8 in blocks of 32, around the format's zero or with a
-// minimum per block (GGUF's Q4_1, and Q4_K / Q5_K as gguf_matrix.h keeps them), in rows.
+// Whether w can be copied into row groups: q4 in blocks of 32 or q8 in blocks of 16 or 32, around the format's
+// zero or with a minimum per block (GGUF's Q4_1, and Q4_K / Q5_K / Q6_K as gguf_matrix.h keeps them), in rows.
 inline bool row_groups_fit(const QuantMatrix& w) {
-    return w.layout == QuantLayout::rows && (w.bits == 4 || w.bits == 8) && w.block == 32 &&
+    return w.layout == QuantLayout::rows && ((w.bits == 4 && w.block == 32) || (w.bits == 8 && (w.block == 16 || w.block == 32))) &&
            (w.offset == QuantOffset::none || w.offset == QuantOffset::mins);
 }
 
-// The integer bytes of one block of a row group: 32 elements of 8 rows.
-inline int64_t row_group_block_bytes(const QuantMatrix& w) { return 32 * kQuantGroupRows * w.bits / 8; }
+// The integer bytes of one block of a row group: `block` elements of 8 rows.
+inline int64_t row_group_block_bytes(const QuantMatrix& w) { return int64_t{w.block} * kQuantGroupRows * w.bits / 8; }
 
 // The bytes of w's copy in row groups: the integers [row_groups][n_blocks][row_group_block_bytes], then the
 // scales [row_groups][n_blocks][8], fp32 or fp16 as w's, then as many minimums for offset mins.
 inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
     const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
-    const int64_t n_blocks = w.padded_cols / 32;
+    const int64_t n_blocks = w.padded_cols / w.block;
     const int64_t tables = w.offset == QuantOffset::mins ? 2 : 1;
     return static_cast<size_t>(groups * n_blocks) *
            static_cast<size_t>(row_group_block_bytes(w) + tables * kQuantGroupRows * (w.scales_f16 ? 2 : 4));
@@ -41,10 +41,10 @@ inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
 // 4-byte aligned address, and returns the QuantMatrix that reads the copy.
 inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
     const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
-    const int64_t n_blocks = w.padded_cols / 32;
+    const int64_t n_blocks = w.padded_cols / w.block;
     const size_t scale_bytes = w.scales_f16 ? 2 : 4;
     const int64_t block_bytes = row_group_block_bytes(w);
-    const int chunks = w.bits == 8 ? 8 : 4;  // of 4 bytes per row, in a block
+    const int chunks = static_cast<int>(block_bytes / 32);  // of 4 bytes per row, in a block
     uint8_t* q = dst;                                                         // [groups][n_blocks][block_bytes]
     uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * block_bytes);  // [groups][n_blocks][8]
     const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes;

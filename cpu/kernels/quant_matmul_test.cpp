@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -43,13 +44,16 @@ std::vector<float> run_matmul_q(const KernelTable& kernels, const std::vector<fl
     return out;
 }
 
+// The forms row groups take (kernels/quant_row_groups.h): {bits, block}.
+constexpr std::pair<int, int> kRowGroupForms[] = {{4, 32}, {8, 32}, {8, 16}};
+
 TEST_CASE("row groups hold every integer and scale where the format says", "[matmul_q][row_groups]") {
-    for (int bits : {4, 8})
+    for (auto [bits, block] : kRowGroupForms)
     for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
     for (int m : {1, 7, 8, 9, 20})
         for (int k : {1, 32, 100})
             for (bool f16 : {false, true}) {
-                const RandomQuant r(m, k, bits, 32, offset, f16, static_cast<uint32_t>(m * 100 + k + bits));
+                const RandomQuant r(m, k, bits, block, offset, f16, static_cast<uint32_t>(m * 100 + k + bits + block));
                 const QuantRowGroups groups(r.w, m);
                 const QuantMatrix& g = groups.matrix();
                 REQUIRE(g.layout == QuantLayout::row_groups);
@@ -65,20 +69,20 @@ TEST_CASE("row groups hold every integer and scale where the format says", "[mat
 
 // Row groups: one exact integer per block and the same fp32 steps on every level, so the same bits.
 TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q][row_groups]") {
-    for (int bits : {4, 8})
+    for (auto [bits, block] : kRowGroupForms)
     for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
     for (int n : {1, 3, 9})
         for (int k : {33, 576})
             for (bool f16 : {false, true}) {
                 const int m = 29;
-                const RandomQuant r(m, k, bits, 32, offset, f16, static_cast<uint32_t>(n * 7 + k + bits));
+                const RandomQuant r(m, k, bits, block, offset, f16, static_cast<uint32_t>(n * 7 + k + bits + block));
                 const QuantRowGroups groups(r.w, m);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k));
                 std::vector<float> first;
                 for_each_level([&](const KernelTable& kernels) {
                     const std::vector<float> out = run_matmul_q(kernels, x, r, n, &groups.matrix());
                     if (first.empty()) first = out;
-                    INFO("q" << bits << (offset == QuantOffset::mins ? " mins" : "") << " n=" << n << " k=" << k
+                    INFO("q" << bits << " block " << block << (offset == QuantOffset::mins ? " mins" : "") << " n=" << n << " k=" << k
                               << (f16 ? " fp16 scales" : ""));
                     CHECK(out == first);
                 });
@@ -90,6 +94,7 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
     for_each_level([](const KernelTable& kernels) {
         uint32_t seed = 5000;
         for (QuantShape shape : {QuantShape{4, 32, QuantOffset::none, true}, QuantShape{8, 32, QuantOffset::none, true},
+                                 QuantShape{8, 16, QuantOffset::none, false},
                                  QuantShape{8, 16, QuantOffset::zero_points, false},
                                  QuantShape{4, 64, QuantOffset::mins, false}})
             for (int k : {33, 576, 1100}) {

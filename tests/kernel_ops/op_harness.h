@@ -46,7 +46,7 @@ struct QuantForm {
     QuantOffset offset = QuantOffset::none;
     bool f16_scales = false;
     QuantXRounding x_rounding = QuantXRounding::onnxruntime;
-    bool row_groups = false;  // copied into QuantLayout::row_groups (needs q4 or q8, block 32, offset none or mins)
+    bool row_groups = false;  // copied into QuantLayout::row_groups (needs q4 block 32 or q8 block 16 or 32, offset none or mins)
 };
 
 // Every size any op reads; each op reads the fields its label names (op_table.cpp builds them).

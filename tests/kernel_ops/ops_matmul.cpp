@@ -252,6 +252,11 @@ std::vector<Shape> matmul_q_shapes() {
                             add(n, k, m, {bits, 32, offset, f16, f16 ? QuantXRounding::ggml : QuantXRounding::onnxruntime, true});
     add(5, 300, 13, {8, 32, QuantOffset::none, true, QuantXRounding::ggml_k, true});
     add(5, 300, 13, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k, true}, "Q4_K in row groups");
+    for (int n : {1, 3, 9})
+        for (int k : {33, 300, 768})
+            for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
+                add(n, k, 29, {8, 16, offset, false, QuantXRounding::ggml_k, true}, "q8 block 16 in row groups");
+    add(9, 576, 13, {8, 16, QuantOffset::none, true, QuantXRounding::ggml, true}, "q8 block 16, fp16 scales");
     add(33, 640, 40, {8, 32, QuantOffset::none, true, QuantXRounding::ggml, true}, "q8 row groups, a prefill's rows");
     add(1, 576, 576, {4, 32, QuantOffset::none, true}, "SmolLM2-135M Q4_0 decode");
     add(1, 1536, 576, {8, 32, QuantOffset::none, true, QuantXRounding::ggml}, "SmolLM2-135M Q8_0 down");

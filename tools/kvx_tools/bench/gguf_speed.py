@@ -1,15 +1,17 @@
 """kvx and llama.cpp b11434 (llamacpp_peer.py) side by side on the same GGUF files: decode and prefill
 tokens/s, or (--mem) the wall time and peak RSS of a one-token generation.
 
-    python3 -m kvx_tools.bench.gguf_speed [--types Q4_K_M ... gemma3] [--threads 1 2] [--rounds 3]
-        [--engines llama.cpp kvx] [--json PATH] [--mem]
+    python3 -m kvx_tools.bench.gguf_speed [--types Q4_K_M ... gemma3] [--file LABEL=PATH ...] [--threads 1 2]
+        [--rounds 3] [--engines llama.cpp kvx] [--json PATH] [--mem]
 
 Files: SmolLM2-135M-Instruct's Q4_1 GGUF (fetch_smollm2) requantized by llama-quantize to each SmolLM2 type of
---types (kept in --work), and "gemma3", Gemma 3 270M's own Q4_K_M (fetch_gemma3).
+--types (kept in --work), "gemma3", Gemma 3 270M's own Q4_K_M (fetch_gemma3), and any --file (for example
+the random-weight models of real sizes that write_random_gguf writes and llama-quantize quantizes).
 Workloads, as llama-bench measures them (llamacpp_peer.BENCH_KINDS):
   decode: 256 new tokens after a 128-token context; kvx: a 128-token prompt, then -n 256, its decode rate;
   prefill: a 512-token prompt; kvx: that prompt with -n 1, its prefill rate.
-kvx's prompt ids: bench/prompts/smollm2.txt for SmolLM2; for Gemma 3, llama-tokenize's ids of
+kvx's prompt ids: bench/prompts/smollm2.txt for SmolLM2 and --file (ids below 49152: any vocabulary that
+large takes them); for Gemma 3, llama-tokenize's ids of
 testdata/text/harbour_town.txt. For each file and thread count, every round runs each engine once, one after
 the other, so that all see the same machine; the table gives the medians over the rounds and kvx / llama.cpp.
 llama-bench runs its own warm-up before each measurement; kvx runs once unwarmed per round.
@@ -157,7 +159,9 @@ def mem_table(rows, engines):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--types", nargs="+", default=SMOLLM2_TYPES + [GEMMA3], choices=SMOLLM2_TYPES + [GEMMA3])
+    parser.add_argument("--types", nargs="*", default=SMOLLM2_TYPES + [GEMMA3], choices=SMOLLM2_TYPES + [GEMMA3])
+    parser.add_argument("--file", action="append", default=[], metavar="LABEL=PATH",
+                        help="another GGUF file to measure, under LABEL in the table (repeatable)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="--mem uses the first")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench's -r within each round")
@@ -176,6 +180,11 @@ def main(argv=None):
         parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
     try:
         files = gguf_files(args.types, args.cache, args.work)
+        for spec in args.file:
+            label, _, path = spec.partition("=")
+            if not label or not Path(path).is_file():
+                parser.error(f"--file {spec}: expected LABEL=PATH of an existing file")
+            files[label] = Path(path)
         load_before = os.getloadavg()
         args.peer_build = None  # llama-bench's report of itself, set by measure_round
         rows = mem_rows(files, args) if args.mem else speed_rows(files, args)
