@@ -58,8 +58,8 @@ void CpuBackend::allocate_kv(const DecoderPlan& plan) {
     const KvLayout& kv = plan.kv();
     if (kv.dtype == KvDtype::f16 && !kernels_.kv_append_f16)
         throw Error(std::string("the kernel table '") + kernels_.name + "' has no kv_append_f16 (fp16 KV cache) kernel");
-    // Asked before allocating: the pools are zero-filled, so a pool larger than the memory left would not fail
-    // cleanly but have the system kill kvx (or swap) as the pages are touched.
+    // Asked before allocating: the pools' pages are taken as they are first written, so a pool larger than the
+    // memory left would not fail cleanly but have the system kill kvx (or swap) once the context fills.
     size_t total = 0;  // saturating: a thousand layers of 2^59-byte pools do not wrap to a small number
     for (size_t layer = 0; layer < kv.layer_group.size(); ++layer)
         total = std::min(total + 2 * kv.layer_pool_bytes(layer), std::numeric_limits<size_t>::max() / 4);
@@ -73,7 +73,7 @@ void CpuBackend::allocate_kv(const DecoderPlan& plan) {
         try {
             k_cache_.emplace_back(kv.layer_pool_bytes(layer));
             v_cache_.emplace_back(kv.layer_pool_bytes(layer));
-        } catch (const std::bad_alloc&) {
+        } catch (const Error&) {
             const size_t g = kv.layer_group[layer];
             throw Error("cannot allocate the KV cache: " + std::to_string(kv.groups[g].num_blocks) + " blocks of " +
                         std::to_string(kv.bytes_per_block(g)) + " bytes (lower -c)");
@@ -175,8 +175,8 @@ public:
         const DecoderPlan& plan = *b_.plan_;
         const KvLayout& kv = plan.kv();
         const GroupRows& rows = batch_.groups[kv.layer_group[static_cast<size_t>(layer)]];
-        std::byte* k_cache = b_.k_cache_[static_cast<size_t>(layer)].data();
-        std::byte* v_cache = b_.v_cache_[static_cast<size_t>(layer)].data();
+        std::byte* k_cache = reinterpret_cast<std::byte*>(b_.k_cache_[static_cast<size_t>(layer)].data());
+        std::byte* v_cache = reinterpret_cast<std::byte*>(b_.v_cache_[static_cast<size_t>(layer)].data());
         if (kv.dtype == KvDtype::f16)
             k_.kv_append_f16(reinterpret_cast<uint16_t*>(k_cache), reinterpret_cast<uint16_t*>(v_cache), b_.k_.data(),
                              b_.v_.data(), rows.slots.data(), n, c_.n_kv_heads, c_.head_dim, kv.block_size);

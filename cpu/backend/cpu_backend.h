@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "cpu/backend/huge_page_buffer.h"
 #include "cpu/backend/weight_copies.h"
 #include "engine/runtime/backend.h"
 #include "kernels/kernels.h"
@@ -42,9 +43,10 @@ private:
     WeightCopies weights_;  // what linear() reads
     std::optional<DecoderPlan> plan_;  // set by allocate_kv
     // [n_layers][its group's num_blocks][n_kv_heads][block_size][head_dim] of the plan's KV dtype, as bytes so
-    // one member serves both types; operator new's 16-byte alignment suits either.
-    std::vector<std::vector<std::byte>> k_cache_;
-    std::vector<std::vector<std::byte>> v_cache_;  // same layout as k_cache_
+    // one member serves both types. On huge pages: a long sequence's blocks lie all over its pool, and with 4 KiB
+    // pages nearly every block of every KV head cost attention a TLB miss (docs/kv-cache.md).
+    std::vector<HugePageBuffer> k_cache_;
+    std::vector<HugePageBuffer> v_cache_;  // same layout as k_cache_
 
     // Scratch, grown to the largest batch seen and then reused: no allocation in steady decode. Widths are
     // the plan's ActivationWidths.

@@ -22,7 +22,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes) : size_(bytes) {
     mapping_bytes_ = bytes + kHugePageBytes;
     void* p = ::mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
-        throw Error("cannot allocate " + std::to_string(bytes) + " bytes for the weights' copy: " + std::strerror(errno));
+        throw Error("cannot allocate " + std::to_string(bytes) + " bytes of memory: " + std::strerror(errno));
     mapping_ = p;
     const auto address = reinterpret_cast<uintptr_t>(p);
     data_ = static_cast<uint8_t*>(p) + ((kHugePageBytes - address % kHugePageBytes) % kHugePageBytes);

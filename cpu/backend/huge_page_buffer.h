@@ -1,5 +1,6 @@
-// Host memory for data a kernel streams from DRAM over and over (the weights of every decode step): aligned to
-// 2 MiB and advised to be backed by transparent huge pages where the system grants them.
+// Host memory for data a kernel streams from DRAM over and over (the weights of every decode step, the KV cache of
+// every attention): aligned to 2 MiB and advised to be backed by transparent huge pages where the system grants
+// them. Pages are the system's zero pages until written, so memory is taken as it is used.
 //
 // Why: a decode step reads every weight once, hundreds of megabytes, and with 4 KiB pages each 4 KiB costs a
 // TLB miss and a page walk on the way. On Zen 4, one thread, a scratch copy of the fp16 GEMV's tile loop read

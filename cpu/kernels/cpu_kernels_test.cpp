@@ -366,6 +366,44 @@ TEST_CASE("paged_attention with a window of at least row_pos + 1 equals full att
     });
 }
 
+// A pair's result depends on its own keys alone (attention_schedule.inc): a row gives the same bits in a call of
+// its own, beside a prompt chunk and other decode rows, and on 1 or 2 threads, though its keys go through split-K
+// in one of these calls and not in another, and a prompt chunk's rows share their keys in tiles of 8.
+TEST_CASE("paged_attention gives each row the same bits alone, in a batch, and on any number of threads", "[split]") {
+    for_each_level([](const KernelTable& kernels) {
+        for (int window : {0, 300}) {
+            INFO("window " << window);
+            // Sequence 0: a 21-row prompt chunk ending at 1100 (5 key segments); the rest one decode row each.
+            AttentionBatch batch = attention_batch(3, 3, 64, 16, {1100, 2000, 70, 700}, 21, 1700);
+            batch.window = window;
+            std::vector<float> together;
+            {
+                ThreadCount one(1);
+                together = batch.run(kernels);
+            }
+            CHECK_CLOSE(together, batch.run(reference), kTolerance);
+            {
+                ThreadCount two(2);
+                CHECK(batch.run(kernels) == together);
+            }
+            const size_t row_floats = static_cast<size_t>(batch.n_heads) * batch.head_dim;
+            for (int row = 0; row < batch.n_rows(); ++row) {
+                AttentionBatch alone = batch;
+                alone.row_seq = {batch.row_seq[static_cast<size_t>(row)]};
+                alone.row_pos = {batch.row_pos[static_cast<size_t>(row)]};
+                alone.q.assign(batch.q.begin() + static_cast<std::ptrdiff_t>(row * row_floats),
+                               batch.q.begin() + static_cast<std::ptrdiff_t>((row + 1) * row_floats));
+                for (int threads : {1, 2}) {
+                    ThreadCount count(threads);
+                    const std::vector<float> out = alone.run(kernels);
+                    INFO("row " << row << " at position " << alone.row_pos[0] << " alone, " << threads << " threads");
+                    CHECK(std::equal(out.begin(), out.end(), together.begin() + static_cast<std::ptrdiff_t>(row * row_floats)));
+                }
+            }
+        }
+    });
+}
+
 // The paged batch's cache rewritten as one contiguous region per sequence: the contiguous kernel must
 // give what the paged one gives on the same keys and values, and the reference's answer.
 TEST_CASE("contiguous_attention matches paged_attention on the same data, and the reference", "[contiguous]") {

@@ -125,6 +125,12 @@ std::vector<Shape> attention_shapes() {
         // One long decode row beside short ones: the CUDA kernel splits it into partitions.
         add({.heads = 8, .kv_heads = 2, .head_dim = 128, .block_size = 16, .lengths = {3000, 17, 700}, .rows_of = {1, 1, 1},
              .kv_dtype = dtype}, "long context");
+        // Keys in several segments of 256 (cpu/kernels/attention_schedule.inc): a prompt chunk whose rows share
+        // them in tiles beside a decode row split over the threads, with and without a window that moves each
+        // row's segments.
+        for (int window : {0, 300})
+            add({.heads = 8, .kv_heads = 2, .head_dim = 64, .block_size = 16, .lengths = {1100, 530}, .rows_of = {40, 1},
+                 .window = window, .kv_dtype = dtype}, "a prompt chunk over several key segments");
         add({.heads = 9, .kv_heads = 3, .head_dim = 64, .block_size = 16, .lengths = {200}, .rows_of = {1}, .kv_dtype = dtype},
             "SmolLM2-135M decode");
         add({.heads = 9, .kv_heads = 3, .head_dim = 64, .block_size = 16, .lengths = {70, 300}, .rows_of = {70, 1},

@@ -8,10 +8,12 @@
 // The goal the sweep checks (tools/kvx_tools/bench/kernel_summary.py): paged within 10% of contiguous at every context.
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "cpu/backend/huge_page_buffer.h"
 #include "tools/bench/support/bench_support.h"
 
 namespace kvx::bench {
@@ -31,15 +33,24 @@ constexpr AttentionShape kLlama1B{32, 8, 64};  // Llama 3.2 1B
 // under 1 GiB for all three together.
 constexpr int64_t kMaxTokens = int64_t{1} << 18;
 
+// Caches on huge pages, as CpuBackend keeps its pool (and as a contiguous engine would want its regions).
+template <class T>
+struct HugePageArray {
+    cpu::HugePageBuffer memory;
+    std::span<T> view() { return {reinterpret_cast<T*>(memory.data()), memory.size() / sizeof(T)}; }
+    T* data() { return view().data(); }
+    void resize(size_t n) { memory = cpu::HugePageBuffer(n * sizeof(T)); }
+};
+
 struct AttentionData {
     // All caches hold `batch` sequences of `context` positions, one layer.
-    std::vector<float> k_contiguous, v_contiguous;  // [batch][n_kv_heads][context][head_dim]
-    std::vector<float> k_paged, v_paged;            // [batch * blocks_per_seq][n_kv_heads][block_size][head_dim]
-    std::vector<uint16_t> k_paged_f16, v_paged_f16;  // as k_paged, fp16 bits
-    std::vector<int32_t> block_tables;              // [batch][blocks_per_seq], a permutation of the pool
-    std::vector<float> q;                           // [batch][n_heads][head_dim]
-    std::vector<float> out;                         // [batch][n_heads][head_dim]
-    std::vector<int32_t> row_seq, row_pos;          // [batch]: row r is sequence r at position context - 1
+    HugePageArray<float> k_contiguous, v_contiguous;   // [batch][n_kv_heads][context][head_dim]
+    HugePageArray<float> k_paged, v_paged;             // [batch * blocks_per_seq][n_kv_heads][block_size][head_dim]
+    HugePageArray<uint16_t> k_paged_f16, v_paged_f16;  // as k_paged, fp16 bits
+    std::vector<int32_t> block_tables;                 // [batch][blocks_per_seq], a permutation of the pool
+    std::vector<float> q;                              // [batch][n_heads][head_dim]
+    std::vector<float> out;                            // [batch][n_heads][head_dim]
+    std::vector<int32_t> row_seq, row_pos;             // [batch]: row r is sequence r at position context - 1
 };
 
 AttentionData make_data(const AttentionShape& shape, int context, int batch, int block_size, Layout layout) {
@@ -51,18 +62,18 @@ AttentionData make_data(const AttentionShape& shape, int context, int batch, int
     if (layout == kContiguous) {
         d.k_contiguous.resize(contiguous);
         d.v_contiguous.resize(contiguous);
-        fill_random(d.k_contiguous, 1);
-        fill_random(d.v_contiguous, 2);
+        fill_random(d.k_contiguous.view(), 1);
+        fill_random(d.v_contiguous.view(), 2);
     } else if (layout == kPagedF32) {
         d.k_paged.resize(paged);
         d.v_paged.resize(paged);
-        fill_random(d.k_paged, 1);
-        fill_random(d.v_paged, 2);
+        fill_random(d.k_paged.view(), 1);
+        fill_random(d.v_paged.view(), 2);
     } else {
         d.k_paged_f16.resize(paged);
         d.v_paged_f16.resize(paged);
-        fill_random_f16(d.k_paged_f16, 1);
-        fill_random_f16(d.v_paged_f16, 2);
+        fill_random_f16(d.k_paged_f16.view(), 1);
+        fill_random_f16(d.v_paged_f16.view(), 2);
     }
     d.block_tables.resize(static_cast<size_t>(batch * blocks_per_seq));
     std::iota(d.block_tables.begin(), d.block_tables.end(), 0);
