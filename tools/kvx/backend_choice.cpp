@@ -84,14 +84,14 @@ std::string resolve_model_dir(const std::string& requested) {
 }
 
 LoadedModel load_model_for_run(const RunOptions& options) {
-    kernels_for(chosen_simd(options));  // an unknown --simd, --kv-dtype or --device fails before the model loads
+    // An unknown --simd, --kv-dtype or --device fails before the model loads.
+    const KernelTable& kernels = kernels_for(chosen_simd(options));
     kv_dtype_for(options.kv_dtype);
     check_device(options);
     if (options.threads > 0) omp_set_num_threads(options.threads);
     LoadedModel loaded;
     // A GGUF's quantized matrices go straight into the layout the CPU kernels read (weight_copies.h).
-    const QuantLayout layout =
-        options.device == "cpu" ? kernels_for(chosen_simd(options)).matmul_q_layout : QuantLayout::rows;
+    const QuantLayout layout = options.device == "cpu" ? kernels.matmul_q_layout : QuantLayout::rows;
     loaded.model = std::make_unique<Model>(load_model(resolve_model_dir(options.model_dir), layout));
     if (options.check_weights) check_weights_finite(*loaded.model);
     return loaded;
