@@ -58,9 +58,10 @@ def id_list(ids):
 
 
 class Kvx(Engine):
-    def __init__(self, binary, precision, threads, model):
+    def __init__(self, binary, precision, threads, model, options=()):
         super().__init__("kvx", precision, threads, model)
         self.binary = binary
+        self.options = list(options)  # more options of kvx generate, e.g. ["--kv-dtype", "f16"]
 
     def command(self, prompt, n_new):
         if not prompt:  # from BOS, printing text: what run.c does
@@ -68,7 +69,7 @@ class Kvx(Engine):
                     "-t", str(self.threads)]
         return [str(self.binary), "generate", "-m", self.model, "--tokens", id_list(prompt), "--print-ids",
                 "--ignore-eos", "-n", str(n_new), "--temp", "0", "-t", str(self.threads),
-                "-c", str(len(prompt) + n_new)]
+                "-c", str(len(prompt) + n_new), *self.options]
 
     def parse(self, stdout, stderr, n_new):
         prefill, decode = KVX_PREFILL.search(stderr), KVX_DECODE.search(stderr)

@@ -10,6 +10,8 @@ the random-weight models of real sizes that write_random_gguf writes and llama-q
 Workloads, as llama-bench measures them (llamacpp_peer.BENCH_KINDS):
   decode: 256 new tokens after a 128-token context; kvx: a 128-token prompt, then -n 256, its decode rate;
   prefill: a 512-token prompt; kvx: that prompt with -n 1, its prefill rate.
+With --context N, at long context: decode 256 new tokens after N tokens (llama-bench -d N), prefill an
+N-token prompt, kvx with an fp16 KV cache as llama.cpp's default (kvx's prompt ids repeated to N).
 kvx's prompt ids: bench/prompts/smollm2.txt for SmolLM2 and --file (ids below 49152: any vocabulary that
 large takes them); for Gemma 3, llama-tokenize's ids of
 testdata/text/harbour_town.txt. For each file and thread count, every round runs each engine once, one after
@@ -66,9 +68,14 @@ def prompt_source(label, gguf):
 def measure_round(engine, gguf, threads, ids, args):
     """{'decode': tokens/s, 'prefill': tokens/s} of one engine, one round."""
     if engine == "llama.cpp":
-        results = {kind: llamacpp_peer.bench(gguf, threads, kind, args.repetitions) for kind in ("decode", "prefill")}
+        results = {kind: llamacpp_peer.bench(gguf, threads, kind, args.repetitions, args.context)
+                   for kind in ("decode", "prefill")}
         args.peer_build = {"number": results["decode"].build_number, "commit": results["decode"].build_commit}
         return {kind: result.tokens_per_s for kind, result in results.items()}
+    if args.context:
+        ids = (ids * (args.context // len(ids) + 1))[:args.context]
+        kvx = Kvx(args.kvx, "gguf", threads, str(gguf), ["--kv-dtype", "f16"])
+        return {"decode": kvx.run(ids, DECODE_NEW).decode_tokens_per_s, "prefill": kvx.run(ids, 1).prefill_tokens_per_s}
     kvx = Kvx(args.kvx, "gguf", threads, str(gguf))
     return {"decode": kvx.run(ids[:DECODE_CONTEXT], DECODE_NEW).decode_tokens_per_s,
             "prefill": kvx.run(ids[:PREFILL_PROMPT], 1).prefill_tokens_per_s}
@@ -166,6 +173,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench's -r within each round")
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    parser.add_argument("--context", type=int, default=0,
+                        help="measure at this long context instead (decode after it, prefill a prompt of it)")
     parser.add_argument("--mem", action="store_true", help="wall time and peak RSS of a one-token generation")
     parser.add_argument("--kvx", type=Path, default=REPO / "build" / "bin" / "kvx")
     parser.add_argument("--cache", type=Path, default=default_cache(), help="model cache (fetch_smollm2's)")
@@ -175,6 +184,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repetitions < 1 or min(args.threads) < 1:
         parser.error("--rounds, --repetitions and --threads must be at least 1")
+    if args.context < 0 or (args.context and args.mem):
+        parser.error("--context must be positive, and is not for --mem")
     args.engines = [e for e in ENGINES if e in args.engines]  # llama.cpp first, whatever the order given
     if "kvx" in args.engines and not args.kvx.is_file():
         parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
@@ -196,7 +207,7 @@ def main(argv=None):
     if args.json:
         result = {"machine": machine_info(load_before), "engines": args.engines,
                   "llamacpp_build": args.peer_build,
-                  "kind": "mem" if args.mem else "speed", "rows": rows}
+                  "kind": "mem" if args.mem else "speed", "context": args.context, "rows": rows}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -87,12 +87,19 @@ def parse_bench_json(text):
         raise PeerError(f"llama-bench's JSON lacks {e}") from None
 
 
-def bench(gguf, threads, kind, repetitions=2):
-    """tokens/s of llama-bench on gguf with `threads` threads; kind is 'decode' or 'prefill' (BENCH_KINDS)."""
-    if kind not in BENCH_KINDS:
-        raise ValueError(f"kind must be one of {sorted(BENCH_KINDS)}, not {kind!r}")
+def long_context_kinds(context):
+    """BENCH_KINDS at a long context: decode 256 tokens after `context` tokens, prefill a `context`-token prompt."""
+    return {"decode": ["-p", "0", "-n", "256", "-d", str(context)], "prefill": ["-p", str(context), "-n", "0"]}
+
+
+def bench(gguf, threads, kind, repetitions=2, context=0):
+    """tokens/s of llama-bench on gguf with `threads` threads; kind is 'decode' or 'prefill' (BENCH_KINDS, or
+    long_context_kinds(context) for a context other than 0)."""
+    kinds = long_context_kinds(context) if context else BENCH_KINDS
+    if kind not in kinds:
+        raise ValueError(f"kind must be one of {sorted(kinds)}, not {kind!r}")
     return parse_bench_json(run_tool([binary("llama-bench"), "-m", gguf, "-t", threads, "-r", repetitions,
-                                      *BENCH_KINDS[kind], "-o", "json"]))
+                                      *kinds[kind], "-o", "json"]))
 
 
 def tokenize(gguf, text_file):
