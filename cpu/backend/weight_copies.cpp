@@ -1,8 +1,10 @@
 #include "cpu/backend/weight_copies.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "kernels/error.h"
 #include "kernels/f16_row_groups.h"
 #include "kernels/quant_row_groups.h"
 
@@ -57,7 +59,11 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
     const std::vector<const WeightMatrix*> matrices = streamed_matrices(model, kernels);
     size_t total = 0;
     for (const WeightMatrix* w : matrices) total += copy_bytes(*w, kernels);
-    memory_ = HugePageBuffer(total);
+    try {
+        memory_ = HugePageBuffer(total);
+    } catch (const Error& e) {
+        throw Error(std::string("the weights' copy in huge pages: ") + e.what());
+    }
     uint8_t* at = memory_.data();
     // Copies bytes from the mapping to `at`, gives the mapping's pages back, and returns where the copy is.
     auto move = [&](const void* from, size_t bytes) {

@@ -37,7 +37,8 @@ from .e2e_speed import machine_info
 
 SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS"]
 GEMMA3 = "gemma3"
-DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT = 128, 256, 512
+DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT = (llamacpp_peer.DECODE_CONTEXT, llamacpp_peer.DECODE_NEW,
+                                            llamacpp_peer.PREFILL_PROMPT)
 ENGINES = ["llama.cpp", "kvx"]
 
 

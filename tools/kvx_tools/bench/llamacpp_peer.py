@@ -15,9 +15,20 @@ from ..checkout import REPO
 BUILD_SCRIPT = "scripts/build_llamacpp_peer.sh"
 DEFAULT_BIN = REPO / ".cache" / "llama.cpp-b11434" / "build" / "bin"
 
-# llama-bench's two measurements, as kvx's benchmarks define them: decode is 256 single-token steps after a
-# 128-token context (kvx: a 128-token prompt, then 256 new tokens); prefill is one 512-token prompt.
-BENCH_KINDS = {"decode": ["-p", "0", "-n", "256", "-d", "128"], "prefill": ["-p", "512", "-n", "0"]}
+# llama-bench's two measurements, as kvx's benchmarks define them: decode is DECODE_NEW single-token steps after
+# a DECODE_CONTEXT-token context (kvx: a DECODE_CONTEXT-token prompt, then DECODE_NEW new tokens); prefill is
+# one PREFILL_PROMPT-token prompt.
+DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT = 128, 256, 512
+
+
+def bench_kinds(decode_context=DECODE_CONTEXT, prompt=PREFILL_PROMPT):
+    """llama-bench's arguments for each kind: decode DECODE_NEW tokens after decode_context tokens, prefill a
+    `prompt`-token prompt."""
+    return {"decode": ["-p", "0", "-n", str(DECODE_NEW), "-d", str(decode_context)],
+            "prefill": ["-p", str(prompt), "-n", "0"]}
+
+
+BENCH_KINDS = bench_kinds()
 
 
 class PeerError(Exception):
@@ -87,15 +98,10 @@ def parse_bench_json(text):
         raise PeerError(f"llama-bench's JSON lacks {e}") from None
 
 
-def long_context_kinds(context):
-    """BENCH_KINDS at a long context: decode 256 tokens after `context` tokens, prefill a `context`-token prompt."""
-    return {"decode": ["-p", "0", "-n", "256", "-d", str(context)], "prefill": ["-p", str(context), "-n", "0"]}
-
-
 def bench(gguf, threads, kind, repetitions=2, context=0):
     """tokens/s of llama-bench on gguf with `threads` threads; kind is 'decode' or 'prefill' (BENCH_KINDS, or
-    long_context_kinds(context) for a context other than 0)."""
-    kinds = long_context_kinds(context) if context else BENCH_KINDS
+    at a long context other than 0: decode after `context` tokens, prefill a `context`-token prompt)."""
+    kinds = bench_kinds(context, context) if context else BENCH_KINDS
     if kind not in kinds:
         raise ValueError(f"kind must be one of {sorted(kinds)}, not {kind!r}")
     return parse_bench_json(run_tool([binary("llama-bench"), "-m", gguf, "-t", threads, "-r", repetitions,
