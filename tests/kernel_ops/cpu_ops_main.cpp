@@ -1,7 +1,7 @@
 // The harness on the CPU: every SIMD level this machine runs (cpu/kernels/cpu_kernels.h), each against the
 // oracles, the best level again at another thread count, and the reference where the harness computes the
 // oracle. A level the machine cannot run is named as left out. `kvx_cpu_kernel_ops [op]` runs the ops whose
-// name contains op.
+// name contains op, `kvx_cpu_kernel_ops '!op'` the others.
 #include <algorithm>
 #include <cstdio>
 #include <omp.h>

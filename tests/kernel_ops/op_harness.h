@@ -119,8 +119,9 @@ struct Op {
 // The table: every op of KernelTable with its shape sets (op_table.cpp).
 const std::vector<Op>& op_table();
 
-// Runs every (op, shape, implementation) row whose op name contains `filter` (empty: all), prints each
-// failure and a summary line, and returns the number of failed rows.
+// Runs every (op, shape, implementation) row whose op name contains `filter` (empty: all; "!name": every op
+// whose name does not contain name), prints each failure and a summary line, and returns the number of failed
+// rows. Each op's inputs come from its own seeds, so a part of the table sees the inputs the whole table does.
 int run_table(const std::vector<Implementation>& implementations, const std::string& filter);
 
 }  // namespace kvx::ops

@@ -17,7 +17,9 @@
 
 #include "tools/cuda_emulation/emu_device.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+// KVX_EMU_FIBERS_TELL_ASAN: this file is compiled without ASan's instrumentation in the sanitizer build
+// (CMakeLists.txt), but the program has ASan, which must still learn of every stack switch.
+#if defined(__SANITIZE_ADDRESS__) || defined(KVX_EMU_FIBERS_TELL_ASAN)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define KVX_EMU_ASAN 1
