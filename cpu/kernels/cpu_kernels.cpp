@@ -16,6 +16,16 @@ namespace {
 
 constexpr SimdLevel kAllLevels[] = {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512, SimdLevel::avx512_vnni};
 
+// Whether this build has the level's kernels (cpu/kernels/CMakeLists.txt: KVX_CPU_AVX512_VNNI).
+bool built(SimdLevel level) {
+#if KVX_CPU_AVX512_VNNI
+    constexpr bool has_vnni = true;
+#else
+    constexpr bool has_vnni = false;
+#endif
+    return level != SimdLevel::avx512_vnni || has_vnni;
+}
+
 #if KVX_CPU_X86_SIMD
 // __builtin_cpu_supports checks the OS too (that it saves the ymm / zmm state); F16C is read from CPUID
 // directly because not every compiler's __builtin_cpu_supports knows it.
@@ -37,7 +47,7 @@ bool machine_runs(SimdLevel level) {
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && cpu_has_f16c();
         case SimdLevel::avx512_vnni:
-            return machine_runs(SimdLevel::avx512) && __builtin_cpu_supports("avx512vnni");
+            return built(level) && machine_runs(SimdLevel::avx512) && __builtin_cpu_supports("avx512vnni");
     }
     return false;
 }
@@ -55,13 +65,18 @@ std::string supported_names() {
 }
 
 const IsaTables& tables_of(SimdLevel level) {
+    if (!built(level))
+        throw Error(std::string("this build leaves out the ") + simd_level_name(level) + " CPU kernels (supported: " +
+                    supported_names() + ")");
     if (!machine_runs(level))
         throw Error(std::string("this machine cannot run the ") + simd_level_name(level) + " CPU kernels (supported: " +
                     supported_names() + ")");
     switch (level) {
-#if KVX_CPU_X86_SIMD
+#if KVX_CPU_AVX512_VNNI
         case SimdLevel::avx512_vnni:
             return avx512_vnni::tables();
+#endif
+#if KVX_CPU_X86_SIMD
         case SimdLevel::avx512:
             return avx512::tables();
         case SimdLevel::avx2:

@@ -32,7 +32,7 @@ void for_each_level(Check check) {
     for (SimdLevel level : kAllLevels) {
         const char* name = kvx::cpu::simd_level_name(level);
         if (!machine_runs(level)) {
-            WARN("SIMD level " << name << " skipped: this machine cannot run it");
+            WARN("SIMD level " << name << " skipped: this machine or this build cannot run it");
             CHECK_THROWS(kvx::cpu::cpu_kernels(level));
             CHECK_THROWS(kvx::cpu::cpu_baseline_kernels(level));
             continue;

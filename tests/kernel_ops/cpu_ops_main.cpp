@@ -18,7 +18,8 @@ int main(int argc, char* argv[]) {
     const std::vector<SimdLevel> supported = kvx::cpu::supported_simd_levels();
     for (SimdLevel level : {SimdLevel::portable, SimdLevel::avx2, SimdLevel::avx512, SimdLevel::avx512_vnni}) {
         if (std::find(supported.begin(), supported.end(), level) == supported.end()) {
-            std::printf("kernel ops: SIMD level %s left out: this machine cannot run it\n", kvx::cpu::simd_level_name(level));
+            std::printf("kernel ops: SIMD level %s left out: this machine or this build cannot run it\n",
+                        kvx::cpu::simd_level_name(level));
             continue;
         }
         const kvx::KernelTable& table = kvx::cpu::cpu_kernels(level);
