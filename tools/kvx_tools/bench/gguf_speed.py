@@ -34,11 +34,10 @@ from ..export.fetch_smollm2 import FetchError, default_cache, fetch_smollm2
 from . import llamacpp_peer
 from .e2e_engines import Kvx
 from .e2e_speed import machine_info
+from .llamacpp_peer import DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT
 
 SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS"]
 GEMMA3 = "gemma3"
-DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT = (llamacpp_peer.DECODE_CONTEXT, llamacpp_peer.DECODE_NEW,
-                                            llamacpp_peer.PREFILL_PROMPT)
 ENGINES = ["llama.cpp", "kvx"]
 
 
