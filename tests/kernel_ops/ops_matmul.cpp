@@ -124,6 +124,15 @@ Verdict check_matmul_q(const Implementation& impl, const Shape& s, uint32_t seed
     const size_t nm = static_cast<size_t>(s.n) * static_cast<size_t>(s.m);
     std::vector<float> as_taken(nm);  // the harness's product, as float
     std::vector<double> fp32_bound(nm), rounding_bound(nm);
+    // amax[i * x_groups + g]: the largest |x| of row i's group g (32 elements, or 256 for ggml_k), [n][x_groups].
+    const int group = x_group(f.x_rounding);
+    const int x_groups = (s.k + group - 1) / group;
+    std::vector<float> amax(static_cast<size_t>(s.n) * static_cast<size_t>(x_groups), 0.0f);
+    for (int i = 0; i < s.n; ++i)
+        for (int j = 0; j < s.k; ++j) {
+            float& a = amax[static_cast<size_t>(int64_t{i} * x_groups + j / group)];
+            a = std::max(a, std::fabs(x[static_cast<size_t>(int64_t{i} * s.k + j)]));
+        }
     for (int i = 0; i < s.n; ++i)
         for (int row = 0; row < s.m; ++row) {
             double dot = 0, abs_sum = 0, rounding = 0;
@@ -132,12 +141,9 @@ Verdict check_matmul_q(const Implementation& impl, const Shape& s, uint32_t seed
                 const double wj = r.weight(row, j);
                 dot += (impl.rounds_quant_x ? xr[at] : x[at]) * wj;
                 abs_sum += std::fabs(x[at] * wj);
-                float amax = 0.0f;  // of j's group (32, or 256 for ggml_k)
-                const int group = x_group(f.x_rounding);
-                for (int t = j / group * group; t < std::min(s.k, j / group * group + group); ++t)
-                    amax = std::max(amax, std::fabs(x[static_cast<size_t>(int64_t{i} * s.k + t)]));
                 // half a step of x's grid, and for ggml the fp16 scale's error over up to 127 steps
-                rounding += std::fabs(wj) * amax * (1.0 / 254.0 + (ggml ? 1.0 / 2048.0 : 0.0));
+                rounding += std::fabs(wj) * amax[static_cast<size_t>(int64_t{i} * x_groups + j / group)] *
+                            (1.0 / 254.0 + (ggml ? 1.0 / 2048.0 : 0.0));
             }
             const size_t o = static_cast<size_t>(int64_t{i} * s.m + row);
             as_taken[o] = static_cast<float>(dot);
