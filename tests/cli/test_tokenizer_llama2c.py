@@ -67,7 +67,10 @@ class Llama2cTokenizerTest(unittest.TestCase):
     def test_agrees_with_the_reference_encoder(self):
         pieces, scores = load_vocab(TOKENIZER)
         self.assertEqual(len(pieces), 512)
-        for text in corpus(pieces):
+        # Under the sanitizers (KVX_SANITIZED) every fifth text: the path from command line to ids under ASan,
+        # with a fifth of the 409 processes; the plain run compares them all.
+        step = 5 if os.environ.get("KVX_SANITIZED") == "1" else 1
+        for text in corpus(pieces)[::step]:
             expected = reference_encode(text, pieces, scores)
             code, out, err = run("tokenize", "-p", text)
             self.assertEqual(code, 0, err)
