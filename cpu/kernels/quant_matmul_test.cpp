@@ -126,6 +126,28 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
     });
 }
 
+// Row groups take x in blocks of rows (32 at k 16384: quant_row_groups.inc's row_group_x_block) and, on AVX-512,
+// groups two at a time: a row's bits are still its own GEMV's, on 1 and 2 threads, the groups of m 40 being
+// two pairs and one alone (or two on a thread's share).
+TEST_CASE("matmul_q over row groups gives a row its bits in any block of rows", "[matmul_q][row_groups][threads]") {
+    for_each_level([](const KernelTable& kernels) {
+        const int n = 40, k = 16384, m = 40;
+        const RandomQuant r(m, k, 4, 32, QuantOffset::mins, false, 6000);
+        const QuantRowGroups groups(r.w, m);
+        const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, 6001);
+        for (int threads : {1, 2}) {
+            const ThreadCount scope(threads);
+            const std::vector<float> all = run_matmul_q(kernels, x, r, n, &groups.matrix());
+            for (int row = 0; row < n; ++row) {
+                const std::vector<float> alone_x(x.begin() + int64_t{row} * k, x.begin() + int64_t{row + 1} * k);
+                const std::vector<float> alone = run_matmul_q(kernels, alone_x, r, 1, &groups.matrix());
+                INFO("threads " << threads << " row " << row);
+                CHECK(std::equal(alone.begin(), alone.end(), all.begin() + int64_t{row} * m));
+            }
+        }
+    });
+}
+
 // A quantized part beside fp32 and fp16 ones in one matmuls call gets its own matmul_q's bits.
 TEST_CASE("matmuls gives a quantized part the bits of its own matmul_q", "[matmul_q]") {
     for_each_level([](const KernelTable& kernels) {
