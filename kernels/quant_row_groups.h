@@ -24,13 +24,21 @@ inline bool row_groups_fit(const QuantMatrix& w) {
            (w.offset == QuantOffset::none || w.offset == QuantOffset::mins);
 }
 
+// The row groups of a copy of `rows` rows: ceil(rows / 8), rounded up to an even number, because the AVX-512
+// kernels read groups two at a time, an even group and the next (cpu/kernels/quant_row_lanes_avx512.inc); a
+// padding group is zero, as padding rows are.
+inline int64_t row_group_count(int64_t rows) {
+    const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
+    return groups + groups % 2;
+}
+
 // The integer bytes of one block of a row group: `block` elements of 8 rows.
 inline int64_t row_group_block_bytes(const QuantMatrix& w) { return int64_t{w.block} * kQuantGroupRows * w.bits / 8; }
 
 // The bytes of w's copy in row groups: the integers [row_groups][n_blocks][row_group_block_bytes], then the
 // scales [row_groups][n_blocks][8], fp32 or fp16 as w's, then as many minimums for offset mins.
 inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
-    const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
+    const int64_t groups = row_group_count(rows);
     const int64_t n_blocks = w.padded_cols / w.block;
     const int64_t tables = w.offset == QuantOffset::mins ? 2 : 1;
     return static_cast<size_t>(groups * n_blocks) *
@@ -40,7 +48,7 @@ inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
 // Copies w [rows][.] (which must fit, row_groups_fit) into dst, row_groups_bytes(w, rows) bytes at any
 // 4-byte aligned address, and returns the QuantMatrix that reads the copy.
 inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
-    const int64_t groups = (rows + kQuantGroupRows - 1) / kQuantGroupRows;
+    const int64_t groups = row_group_count(rows);
     const int64_t n_blocks = w.padded_cols / w.block;
     const size_t scale_bytes = w.scales_f16 ? 2 : 4;
     const int64_t block_bytes = row_group_block_bytes(w);
@@ -49,8 +57,8 @@ inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_
     uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * block_bytes);  // [groups][n_blocks][8]
     const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes;
     uint8_t* mins = w.offset == QuantOffset::mins ? scales + table_bytes : nullptr;  // [groups][n_blocks][8]
-    // Padding rows: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum 0, so
-    // that they add nothing.
+    // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum
+    // 0, so that they add nothing.
     std::memset(q, w.bits == 8 ? 0x80 : 0x88, static_cast<size_t>(groups * n_blocks * block_bytes));
     std::memset(scales, 0, table_bytes);
     if (mins) std::memset(mins, 0, table_bytes);

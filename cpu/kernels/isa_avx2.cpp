@@ -28,8 +28,7 @@ constexpr char kTableName[] = "cpu-avx2";
 #include "cpu/kernels/vec_avx2.inc"
 #include "cpu/kernels/vec_f16_store_avx2.inc"
 #include "cpu/kernels/quant_lanes_avx2.inc"
-#include "cpu/kernels/quant_row_lanes_x86.inc"
-using QRowWideLanes = QRowLanes;  // one group per tile: AVX2 has no wider registers
+#include "cpu/kernels/quant_row_lanes_avx2.inc"
 #include "cpu/kernels/exp_polynomial.inc"
 #include "cpu/kernels/isa_kernels.inc"
 

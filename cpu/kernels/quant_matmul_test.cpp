@@ -127,8 +127,8 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
 }
 
 // Row groups take x in blocks of rows (32 at k 16384: quant_row_groups.inc's row_group_x_block) and, on AVX-512,
-// groups two at a time: a row's bits are still its own GEMV's, on 1 and 2 threads, the groups of m 40 being
-// two pairs and one alone (or two on a thread's share).
+// groups two at a time: a row's bits are still its own GEMV's, on 1 and 2 threads. m 40 is 5 groups, the
+// last pair half padding (kernels/quant_row_groups.h, row_group_count).
 TEST_CASE("matmul_q over row groups gives a row its bits in any block of rows", "[matmul_q][row_groups][threads]") {
     for_each_level([](const KernelTable& kernels) {
         const int n = 40, k = 16384, m = 40;

@@ -258,8 +258,8 @@ std::vector<Shape> matmul_q_shapes() {
                             add(n, k, m, {bits, 32, offset, f16, f16 ? QuantXRounding::ggml : QuantXRounding::onnxruntime, true});
     add(5, 300, 13, {8, 32, QuantOffset::none, true, QuantXRounding::ggml_k, true});
     add(5, 300, 13, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k, true}, "Q4_K in row groups");
-    // x past one block of rows (quant_row_groups.inc's row_group_x_block: 32 rows at k 16384), groups in a pair
-    // and one alone (m 24); Q6_K's blocks of 16 in row groups, five groups.
+    // x past one block of rows (quant_row_groups.inc's row_group_x_block: 32 rows at k 16384), 3 groups (the
+    // AVX-512 tiles' second pair half padding); Q6_K's blocks of 16 in row groups, five groups.
     add(40, 16384, 24, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k, true}, "x in two blocks of rows");
     add(9, 576, 40, {8, 16, QuantOffset::none, false, QuantXRounding::ggml_k, true}, "Q6_K in row groups");
     for (int n : {1, 3, 9})
