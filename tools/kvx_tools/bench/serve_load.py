@@ -1,5 +1,6 @@
 """kvx serve against llama.cpp's llama-server under the same load: SmolLM2-135M with fp16 weights (kvx's
-directory and llama.cpp's GGUF, both from the same Q4_1 file: e2e_speed.smollm2_paths), fp16 KV caches, the
+directory and llama.cpp's GGUF, both from the same Q4_1 file: e2e_speed.smollm2_paths), or with --gguf one
+GGUF file that both servers load (a quantized one: gguf_speed's requantizations), fp16 KV caches, the
 same threads, the same token-id prompts, 64 new tokens per request (ignore_eos, so every request does the same
 work), streamed. Writes bench/results/serve.json and prints docs/benchmarks.md's table.
 
@@ -195,17 +196,25 @@ def main():
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "serve.json"))
+    ap.add_argument("--gguf", type=Path,
+                    help="a SmolLM2-135M GGUF that both servers load instead of the fp16 pair (e.g. gguf_speed's "
+                         "Q4_0 or Q4_K_M requantization); the prompts stay the same ids")
     args = ap.parse_args()
 
     from .e2e_speed import smollm2_paths
     paths = smollm2_paths(argparse.Namespace(kvx=Path(args.kvx)))
     kvx_dir, gguf = paths["f16"]["kvx"], paths["f16"]["gguf"]
     long_prompt = prompt_ids("smollm2", args.kvx, kvx_dir, 512)
+    kvx_model = kvx_dir
+    if args.gguf:
+        if not args.gguf.is_file():
+            sys.exit(f"serve_load: no GGUF file at {args.gguf}")
+        kvx_model = gguf = args.gguf
     prompts = [long_prompt[37 * i: 37 * i + 32 + 16 * i] for i in range(N_PROMPTS)]  # 32 .. 144 tokens
 
     slots = max(args.concurrency)
     kvx_port, llama_port = free_port(), free_port()
-    kvx = Server("kvx serve", [args.kvx, "serve", "-m", str(kvx_dir), "--port", str(kvx_port), "-c", str(CONTEXT),
+    kvx = Server("kvx serve", [args.kvx, "serve", "-m", str(kvx_model), "--port", str(kvx_port), "-c", str(CONTEXT),
                                "--max-seqs", str(slots), "--kv-dtype", "f16", "-t", str(args.threads),
                                "--block-size", str(BLOCK_SIZE), "--http-threads", str(slots + 8), "--alias", "smollm2"],
                  env=os.environ)
@@ -235,7 +244,7 @@ def main():
                         for field in measured[0][key] if measured[0][key][field] is not None}
         c = int(key.split("/")[1])
         summary[key]["contiguous_blocks"] = c * math.ceil(CONTEXT / BLOCK_SIZE)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "model": "SmolLM2-135M f16", "context": CONTEXT,
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"), "model": str(args.gguf.name) if args.gguf else "SmolLM2-135M f16", "context": CONTEXT,
               "new_tokens": NEW_TOKENS, "threads": args.threads, "prompts_tokens": [len(p) for p in prompts],
               "rounds": args.rounds, "summary": summary, "raw": rounds,
               "llama_server": subprocess.run([args.llama_server, "--version"], capture_output=True,
