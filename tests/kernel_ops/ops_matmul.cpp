@@ -34,15 +34,17 @@ Verdict check_matmul(const Implementation& impl, const Shape& s, uint32_t seed) 
         else return random_floats(mk, seed + 1);
     }(), s.misaligned);  // [m][k]
     const size_t nm = static_cast<size_t>(s.n) * static_cast<size_t>(s.m);
-    std::vector<float> want(nm), got = nan_filled(nm);  // [n][m]
-    if constexpr (f16) {
-        reference.matmul_f16(want.data(), x.data(), w.data(), s.n, s.k, s.m);
-        impl.table.matmul_f16(got.data(), x.data(), w.data(), s.n, s.k, s.m);
-    } else {
-        reference.matmul(want.data(), x.data(), w.data(), s.n, s.k, s.m);
-        impl.table.matmul(got.data(), x.data(), w.data(), s.n, s.k, s.m);
-    }
-    return compare(f16 ? "matmul_f16" : "matmul", impl, got, want);
+    const char* op = f16 ? "matmul_f16" : "matmul";
+    const std::vector<float>& want = oracle_once(op, s, seed, [&] {
+        std::vector<float> out(nm);  // [n][m]
+        if constexpr (f16) reference.matmul_f16(out.data(), x.data(), w.data(), s.n, s.k, s.m);
+        else reference.matmul(out.data(), x.data(), w.data(), s.n, s.k, s.m);
+        return out;
+    });
+    std::vector<float> got = nan_filled(nm);  // [n][m]
+    if constexpr (f16) impl.table.matmul_f16(got.data(), x.data(), w.data(), s.n, s.k, s.m);
+    else impl.table.matmul(got.data(), x.data(), w.data(), s.n, s.k, s.m);
+    return compare(op, impl, got, want);
 }
 
 // The widths of matmuls' three parts: fp32 m, fp16 rows 13, fp16 row groups 9 (a padded group).
