@@ -24,11 +24,12 @@ import unittest
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFValueType, GGUFWriter
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from kvx_tools.export.fetch_gemma3 import fetch_gemma3
 from kvx_tools.export.fetch_smollm2 import FetchError, default_cache, fetch_smollm2
+from kvx_tools.export.gguf_reader import FastGGUFReader
 from kvx_tools.export.gguf_tokenizer import gguf_tokenizer
 
 SKIP_EXIT_CODE = 77
@@ -136,7 +137,7 @@ class SmolLM2Vocabulary(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.gguf = fetch_smollm2(default_cache())
-        cls.reader = GGUFReader(str(cls.gguf))
+        cls.reader = FastGGUFReader(str(cls.gguf))
 
     def test_against_hf_tokenizers(self):
         reference = gguf_tokenizer(self.reader)
@@ -171,7 +172,7 @@ class Gemma3Vocabulary(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.gguf = fetch_gemma3(default_cache())
-        cls.reader = GGUFReader(str(cls.gguf))
+        cls.reader = FastGGUFReader(str(cls.gguf))
 
     def test_against_hf_tokenizers(self):
         reference = sentencepiece_reference(self.reader)

@@ -12,10 +12,10 @@ import unittest
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 from tokenizers import Tokenizer
 
 from kvx_tools.export.fetch_smollm2 import GGUF_MEMBER
+from kvx_tools.export.gguf_reader import FastGGUFReader
 from kvx_tools.fixtures.make_smollm2 import PROMPT, UNAVAILABLE_FILE, chat_prompt_tokens
 
 SKIP_EXIT_CODE = 77
@@ -31,7 +31,7 @@ class SmolLM2Fixture(unittest.TestCase):
     def setUpClass(cls):
         cls.config = json.loads((MODEL_DIR / "config.json").read_text())
         cls.tokenizer = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
-        cls.gguf = GGUFReader(str(CACHE_FOLDER / Path(GGUF_MEMBER).name))
+        cls.gguf = FastGGUFReader(str(CACHE_FOLDER / Path(GGUF_MEMBER).name))
 
     def metadata(self, key):
         return self.gguf.fields[key].contents()

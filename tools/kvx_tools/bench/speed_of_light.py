@@ -60,8 +60,8 @@ def weight_bytes_per_token(model_dir):
 def gguf_weight_bytes_per_token(gguf_path):
     """Stored bytes of every tensor of a GGUF file (the gguf package): what llama.cpp reads per decoded token
     when the classifier is the (tied) embedding, as in Gemma 3; an untied embedding would count once too much."""
-    from gguf import GGUFReader
-    return sum(int(t.n_bytes) for t in GGUFReader(str(gguf_path)).tensors)
+    from ..export.gguf_reader import FastGGUFReader
+    return sum(int(t.n_bytes) for t in FastGGUFReader(str(gguf_path)).tensors)
 
 
 def kv_bytes_per_position(model_dir, kv_dtype="f32"):

@@ -18,7 +18,6 @@ numpy array [out, in], PyTorch's Linear layout.
 """
 
 import numpy as np
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from ..convert.families.tensor_layout import expected_tensor_shapes  # the converter's table of kvx shapes
@@ -26,6 +25,7 @@ from ..input_file import unreadable_reason
 from .gguf_layout import check_gguf_layout
 from .gguf_blocks import QuantizedMatrix, gguf_quantized_matrix
 from .gguf_metadata import GgufError, metadata_float, metadata_int, metadata_str
+from .gguf_reader import FastGGUFReader
 from .llama_graph import interleaved_to_rotate_half
 from .weights_on_demand import WeightsOnDemand
 
@@ -36,13 +36,13 @@ LAYER_TENSORS = {  # GGUF name inside blk.{i} -> llama_graph name inside layers.
 
 
 def open_gguf(path):
-    """gguf's reader over path, once gguf_layout.py has checked the counts and sizes it would trust."""
+    """gguf's reader (FastGGUFReader) over path, once gguf_layout.py has checked the counts and sizes it would trust."""
     reason = unreadable_reason(path)
     if reason is not None:
         raise GgufError(f"{path}: {reason}")
     try:
         check_gguf_layout(path)
-        return GGUFReader(str(path))
+        return FastGGUFReader(str(path))
     except GgufError:
         raise
     except OSError as e:
