@@ -17,7 +17,11 @@ if ! command -v clang++ >/dev/null; then
 fi
 build=build-fuzz
 # -g1 (line tables): what a finding's report needs, and a faster build than -g (as the sanitizer build).
-CC=clang CXX=clang++ cmake -S . -B "$build" -DKVX_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+generator=()  # Ninja for a new folder, as scripts/build.sh
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null; then
+  generator=(-G Ninja)
+fi
+CC=clang CXX=clang++ cmake -S . -B "$build" "${generator[@]}" -DKVX_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang and libclang-rt-14-dev: libFuzzer, for scripts/fuzz.sh. libcpp-httplib-dev: kvx serve's HTTP server.
-packages=(build-essential cmake catch2 nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev pkg-config python3 python3-venv python3-pip
+# ninja-build: the builds' generator (scripts/build.sh says why).
+packages=(build-essential cmake ninja-build catch2 nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev pkg-config python3 python3-venv python3-pip
           clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
