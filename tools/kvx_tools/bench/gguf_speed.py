@@ -36,7 +36,7 @@ from .e2e_engines import Kvx
 from .e2e_speed import machine_info
 from .llamacpp_peer import DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT
 
-SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS"]
+SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS", "F16", "F32"]
 GEMMA3 = "gemma3"
 ENGINES = ["llama.cpp", "kvx"]
 
