@@ -106,7 +106,10 @@ std::string message_content(const json& m, size_t i) {
     if (!it->is_array()) throw bad(param, "'" + param + "' must be a string or a list of text parts");
     std::string text;
     for (const json& part : *it) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        // json::value("type", "") throws nlohmann's type_error when "type" is there but not a string (found by
+        // fuzz_replay_openai_request: {"type": 5}), so each field's type is checked first.
+        const auto is_text = [&](const char* key) { return part.contains(key) && part[key].is_string(); };
+        if (!part.is_object() || !is_text("type") || part["type"] != "text" || !is_text("text"))
             throw bad(param, "kvx serve reads text parts only ({\"type\": \"text\", \"text\": ...})");
         text += part["text"].get<std::string>();
     }
