@@ -9,7 +9,8 @@
 //   --ceiling_mib N     MiB streamed to measure the read bandwidth, and copied to measure the device's
 //                       (default max(1024, 8 x L3): far beyond the L3 and the L2)
 //   --ceiling_passes N  passes per ceiling figure (default 11): the CPU read ceiling keeps the best pass of
-//                       the best read loop (stream_read.h), the FMA and int8 peaks and the device copy their median
+//                       the best read loop (stream_read.h), the FMA and int8 peaks their best pass, the device
+//                       copy its median
 //   --ceiling_quick     a rough ceiling in well under a second (8 MiB, 1 pass, short FMA runs): smoke tests
 //
 // The ceilings are measured once at start-up, before any benchmark, and written into the JSON context

@@ -9,7 +9,7 @@
 namespace kvx::bench {
 
 // GFLOP/s (a multiply-add counts 2) of independent FMA chains at `level`'s vector width on `threads`
-// OpenMP threads: the median of `passes` (>= 1) runs of `iterations` steps of every chain per thread
+// OpenMP threads: the best of `passes` (>= 1) runs of `iterations` steps of every chain per thread
 // (kFmaPeakIterations: 10-30 ms at a few GHz, long against a thread team's wake-up). The portable level has no FMA instruction in the
 // baseline x86-64 target, so its chains are a multiply then an add on 4-lane vectors, as the compiler
 // emits for the portable kernels. Throws std::runtime_error if this machine cannot run `level`.
