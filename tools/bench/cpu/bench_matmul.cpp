@@ -4,7 +4,8 @@
 // gemv/f16 reads fp16 row groups, the layout the CPU backend copies fp16 weights into
 // (kernels/f16_row_groups.h); gemv/f16-rows the model directory's rows. gemv_batch/f16 gives a few x rows
 // at once (a server's decode batch, gemv_f16_groups_batch in matmul.inc) the same row groups: its GFLOP/s
-// against kvx-bench's peak FMA rate says how close to compute-bound the batch is.
+// against kvx-bench's peak FMA rate says how close to compute-bound the batch is. gemm/f32 and gemm/f16
+// are the prefill GEMM on the same layouts.
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -91,28 +92,37 @@ void gemv(benchmark::State& state) {
     report_per_call(state, bytes, 2.0 * static_cast<double>(matrix));
 }
 
-// Arguments: threads, rows (x rows), k, m. fp16 row groups only: the batch path takes nothing else.
-void gemv_batch(benchmark::State& state) {
+// Arguments: threads, n (rows of x), k, m. n > 1 rows on the layouts the CPU backend keeps, fp32 rows and
+// fp16 row groups: on row groups, 2 to kBatchGemvMaxRows (64) rows take the batched GEMV (a server's decode
+// batch), more the prefill GEMM, as in the engine. GFLOP/s against kvx-bench's peak FMA rate says how close
+// to compute-bound either is.
+template <class W, bool kRowGroups = false>
+void matmul_rows(benchmark::State& state) {
     use_threads(state);
     const int n = static_cast<int>(state.range(1));
     const int k = static_cast<int>(state.range(2));
     const int m = static_cast<int>(state.range(3));
-    GemvData<uint16_t>& d = reuse_or_make<GemvData<uint16_t>>(std::make_tuple(k, m, true),
-                                                              [&] { return make_data<uint16_t>(k, m, true); });
+    GemvData<W>& d = reuse_or_make<GemvData<W>>(std::make_tuple(k, m, kRowGroups),
+                                                [&] { return make_data<W>(k, m, kRowGroups); });
     std::vector<float> x(static_cast<size_t>(n) * k);    // [n][k]
     std::vector<float> out(static_cast<size_t>(n) * m);  // [n][m]
-    fill_random(x, 7);
+    fill_random(x, 8);
     const KernelTable& kernels = kernels_under_test();
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
     size_t copy = 0;
     for (auto _ : state) {
-        const MatmulPart part{.out = out.data(), .w_f16_groups = d.matrix(copy), .m = m};
-        kernels.matmuls(&part, 1, x.data(), n, k);
+        const W* w = d.matrix(copy);
+        if constexpr (std::is_same_v<W, float>) {
+            kernels.matmul(out.data(), x.data(), w, n, k, m);
+        } else {
+            const MatmulPart part{.out = out.data(), .w_f16_groups = w, .m = m};
+            kernels.matmuls(&part, 1, x.data(), n, k);
+        }
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
         copy = copy + 1 == d.copies ? 0 : copy + 1;
     }
-    const double bytes = static_cast<double>(matrix * sizeof(uint16_t)) + 4.0 * n * (k + m);
+    const double bytes = static_cast<double>(matrix * sizeof(W)) + 4.0 * n * (k + m);
     report_per_call(state, bytes, 2.0 * n * static_cast<double>(matrix));
 }
 
@@ -130,11 +140,21 @@ BENCHMARK(gemv<float>)->Name("gemv/f32")->Apply(model_shapes);
 BENCHMARK(gemv<uint16_t, true>)->Name("gemv/f16")->Apply(model_shapes);
 BENCHMARK(gemv<uint16_t>)->Name("gemv/f16-rows")->Apply(model_shapes);
 // SmolLM2-135M's shapes at 2, 16 and 64 rows.
-BENCHMARK(gemv_batch)->Name("gemv_batch/f16")->Apply([](benchmark::internal::Benchmark* b) {
+BENCHMARK(matmul_rows<uint16_t, true>)->Name("gemv_batch/f16")->Apply([](benchmark::internal::Benchmark* b) {
     const std::vector<std::pair<int64_t, int64_t>> shapes = {{576, 576}, {576, 1536}, {1536, 576}, {576, 49152}};
     for (const auto& [k, m] : shapes)
         sweep(b, {"threads", "rows", "k", "m"}, {thread_counts(), {2, 16, 64}, {k}, {m}});
 });
+
+// Prefill: a 32-token chunk and a 512-token prompt, SmolLM2-135M's shapes and a 1B-class model's.
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{576, 576},   {576, 192},   {576, 1536},
+                                                             {1536, 576},  {576, 49152}, {2048, 2048},
+                                                             {2048, 8192}, {8192, 2048}};
+    for (const auto& [k, m] : shapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
+}
+BENCHMARK(matmul_rows<float>)->Name("gemm/f32")->Apply(gemm_shapes);
+BENCHMARK(matmul_rows<uint16_t, true>)->Name("gemm/f16")->Apply(gemm_shapes);
 
 }  // namespace
 }  // namespace kvx::bench
