@@ -169,9 +169,9 @@ std::vector<Shape> matmul_shapes() {
                           .n = n, .k = k, .m = m, .misaligned = misaligned != 0});
     };
     // n: the GEMV (1), its batched tiles, kGemvMaxRows (8) and one past it, a GEMM; k: off every vector width,
-    // 16-element chunk and depth block (512), and across several; m: off the 8-row groups and register tiles.
+    // 16-element chunk and depth block (1024), and across several; m: off the 8-row groups and register tiles.
     for (int n : {1, 2, 3, 5, 8, 9, 33})
-        for (int k : {1, 7, 17, 64, 257, 576, 1100, 2049})
+        for (int k : {1, 7, 17, 64, 257, 576, 1025, 2049})
             for (int m : {1, 3, 17, 64, 257}) add(n, k, m);
     add(2, 0, 5, "k 0: zeros, still written");
     add(1, 576, 576, "SmolLM2-135M q/o projection");
@@ -194,7 +194,7 @@ std::vector<Shape> matmuls_shapes() {
     std::vector<Shape> shapes;
     // n 2 .. 64: the batched GEMV; 65: the GEMM. k off 16 (padded chunks) and off a depth block.
     for (int n : {1, 3, 9, 65})
-        for (int k : {1, 17, 64, 513, 576, 1100})
+        for (int k : {1, 17, 64, 513, 576, 1025})
             for (int m : {7, 576})
                 shapes.push_back({.label = "n " + std::to_string(n) + " k " + std::to_string(k) + " parts fp32 " +
                                            std::to_string(m) + ", fp16 13, fp16 groups 9",
