@@ -2,7 +2,7 @@
 tokens/s, or (--mem) the wall time and peak RSS of a one-token generation.
 
     python3 -m kvx_tools.bench.gguf_speed [--types Q4_K_M ... gemma3] [--file LABEL=PATH ...] [--threads 1 2]
-        [--rounds 3] [--engines llama.cpp kvx] [--json PATH] [--mem]
+        [--rounds 3] [--engines llama.cpp kvx] [--json PATH] [--mem [--mem-context 4096]]
 
 Files: SmolLM2-135M-Instruct's Q4_1 GGUF (fetch_smollm2) requantized by llama-quantize to each SmolLM2 type of
 --types (kept in --work), "gemma3", Gemma 3 270M's own Q4_K_M (fetch_gemma3), and any --file (for example
@@ -141,8 +141,9 @@ def mem_rows(files, args):
     for label, gguf in files.items():
         ids = prompt_source(label, gguf)[:8] if "kvx" in args.engines else []
         threads = args.threads[0]
-        commands = {"llama.cpp": llamacpp_peer.one_token_command(gguf, threads),
-                    "kvx": Kvx(args.kvx, "gguf", threads, str(gguf)).command(ids, 1)}
+        kvx = Kvx(args.kvx, "gguf", threads, str(gguf)).command(ids, 1)
+        kvx[kvx.index("-c") + 1] = str(args.mem_context)  # both engines sized for the same context
+        commands = {"llama.cpp": llamacpp_peer.one_token_command(gguf, threads, args.mem_context), "kvx": kvx}
         runs = {engine: [] for engine in args.engines}
         for _ in range(args.rounds):
             for engine in args.engines:
@@ -176,6 +177,8 @@ def main(argv=None):
     parser.add_argument("--context", type=int, default=0,
                         help="measure at this long context instead (decode after it, prefill a prompt of it)")
     parser.add_argument("--mem", action="store_true", help="wall time and peak RSS of a one-token generation")
+    parser.add_argument("--mem-context", type=int, default=4096,
+                        help="--mem: the context both engines size their KV cache for (llama.cpp -c, kvx -c)")
     parser.add_argument("--kvx", type=Path, default=REPO / "build" / "bin" / "kvx")
     parser.add_argument("--cache", type=Path, default=default_cache(), help="model cache (fetch_smollm2's)")
     parser.add_argument("--work", type=Path, default=REPO / ".cache" / "gguf_speed",
@@ -186,6 +189,8 @@ def main(argv=None):
         parser.error("--rounds, --repetitions and --threads must be at least 1")
     if args.context < 0 or (args.context and args.mem):
         parser.error("--context must be positive, and is not for --mem")
+    if args.mem_context < 1:
+        parser.error("--mem-context must be positive")
     args.engines = [e for e in ENGINES if e in args.engines]  # llama.cpp first, whatever the order given
     if "kvx" in args.engines and not args.kvx.is_file():
         parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
@@ -207,7 +212,8 @@ def main(argv=None):
     if args.json:
         result = {"machine": machine_info(load_before), "engines": args.engines,
                   "llamacpp_build": args.peer_build,
-                  "kind": "mem" if args.mem else "speed", "context": args.context, "rows": rows}
+                  "kind": "mem" if args.mem else "speed", "context": args.context,
+                  "mem_context": args.mem_context if args.mem else None, "rows": rows}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -118,8 +118,9 @@ def tokenize(gguf, text_file):
         raise PeerError(f"llama-tokenize printed no id list: {ids[:200]}") from None
 
 
-def one_token_command(gguf, threads):
-    """A llama.cpp run that loads gguf and generates one token: what the load measurement times. llama-completion
-    is the one-shot generator that llama-cli was before it became chat-only (which -no-cnv no longer reaches)."""
+def one_token_command(gguf, threads, context):
+    """A llama.cpp run that loads gguf and generates one token with a KV cache of `context` tokens: what the load
+    measurement times. llama-completion is the one-shot generator that llama-cli was before it became chat-only
+    (which -no-cnv no longer reaches)."""
     return [str(binary("llama-completion")), "-m", str(gguf), "-p", "hi", "-n", "1", "-no-cnv", "-t", str(threads),
-            "--log-disable"]
+            "-c", str(context), "--log-disable"]
