@@ -57,34 +57,45 @@ inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_
     uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * block_bytes);  // [groups][n_blocks][8]
     const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes;
     uint8_t* mins = w.offset == QuantOffset::mins ? scales + table_bytes : nullptr;  // [groups][n_blocks][8]
-    // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum
-    // 0, so that they add nothing.
-    std::memset(q, w.bits == 8 ? 0x80 : 0x88, static_cast<size_t>(groups * n_blocks * block_bytes));
-    std::memset(scales, 0, table_bytes);
-    if (mins) std::memset(mins, 0, table_bytes);
     QuantMatrix copy = w;
     copy.q = q;
     copy.scales = scales;
     copy.offsets = mins;
     copy.layout = QuantLayout::row_groups;
     const auto* from_scales = static_cast<const uint8_t*>(w.scales);
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < n_blocks; ++i) {
-            // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
-            const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
-            const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
-            uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
-            for (int chunk = 0; chunk < chunks; ++chunk) {
-                std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
-                if (w.bits == 8)
-                    for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
+    const size_t group_q_bytes = static_cast<size_t>(n_blocks * block_bytes);
+    const size_t group_table_bytes = static_cast<size_t>(n_blocks * kQuantGroupRows) * scale_bytes;
+    // Group by group, each group's bytes written by one thread (the first touch of a model's weights: at 3B,
+    // seconds of page faults and copying on one core).
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int64_t g = 0; g < groups; ++g) {
+        // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and
+        // minimum 0, so that they add nothing.
+        std::memset(q + static_cast<size_t>(g) * group_q_bytes, w.bits == 8 ? 0x80 : 0x88, group_q_bytes);
+        std::memset(scales + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
+        if (mins) std::memset(mins + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
+        const int64_t row_end = (g + 1) * kQuantGroupRows < rows ? (g + 1) * kQuantGroupRows : rows;
+        for (int64_t r = g * kQuantGroupRows; r < row_end; ++r)
+            for (int64_t i = 0; i < n_blocks; ++i) {
+                // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
+                const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
+                const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
+                uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
+                for (int chunk = 0; chunk < chunks; ++chunk) {
+                    std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
+                    if (w.bits == 8)
+                        for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
+                }
+                std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
+                            from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
+                if (mins)
+                    std::memcpy(mins + static_cast<size_t>(to) * scale_bytes,
+                                static_cast<const uint8_t*>(w.offsets) + static_cast<size_t>(from) * scale_bytes,
+                                scale_bytes);
             }
-            std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
-                        from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
-            if (mins)
-                std::memcpy(mins + static_cast<size_t>(to) * scale_bytes,
-                            static_cast<const uint8_t*>(w.offsets) + static_cast<size_t>(from) * scale_bytes, scale_bytes);
-        }
+    }
     return copy;
 }
 
