@@ -127,13 +127,7 @@ void matmul_rows(benchmark::State& state) {
 }
 
 void model_shapes(benchmark::internal::Benchmark* b) {
-    // {k, m}: SmolLM2-135M (dim 576, kv 192, hidden 1536, vocab 49152), then a 1B-class model (dim 2048,
-    // kv 512, hidden 8192).
-    const std::vector<std::pair<int64_t, int64_t>> shapes = {
-        {576, 576},   {576, 192},   {576, 1536},  {1536, 576},  {576, 49152},
-        {2048, 2048}, {2048, 512},  {2048, 8192}, {8192, 2048},
-    };
-    for (const auto& [k, m] : shapes) sweep(b, {"threads", "k", "m"}, {thread_counts(), {k}, {m}});
+    for (const auto& [k, m] : matrix_shapes()) sweep(b, {"threads", "k", "m"}, {thread_counts(), {k}, {m}});
 }
 
 BENCHMARK(gemv<float>)->Name("gemv/f32")->Apply(model_shapes);
@@ -146,15 +140,8 @@ BENCHMARK(matmul_rows<uint16_t, true>)->Name("gemv_batch/f16")->Apply([](benchma
         sweep(b, {"threads", "rows", "k", "m"}, {thread_counts(), {2, 16, 64}, {k}, {m}});
 });
 
-// Prefill: a 32-token chunk and a 512-token prompt, SmolLM2-135M's shapes and a 1B-class model's.
-void gemm_shapes(benchmark::internal::Benchmark* b) {
-    const std::vector<std::pair<int64_t, int64_t>> shapes = {{576, 576},   {576, 192},   {576, 1536},
-                                                             {1536, 576},  {576, 49152}, {2048, 2048},
-                                                             {2048, 8192}, {8192, 2048}};
-    for (const auto& [k, m] : shapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
-}
-BENCHMARK(matmul_rows<float>)->Name("gemm/f32")->Apply(gemm_shapes);
-BENCHMARK(matmul_rows<uint16_t, true>)->Name("gemm/f16")->Apply(gemm_shapes);
+BENCHMARK(matmul_rows<float>)->Name("gemm/f32")->Apply(prefill_shapes);
+BENCHMARK(matmul_rows<uint16_t, true>)->Name("gemm/f16")->Apply(prefill_shapes);
 
 }  // namespace
 }  // namespace kvx::bench

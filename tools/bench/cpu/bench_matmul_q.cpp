@@ -108,30 +108,18 @@ void matmul_q(benchmark::State& state) {
     report_per_call(state, bytes, 2.0 * n * static_cast<double>(k) * m, Products::int8);
 }
 
-// {k, m}: SmolLM2-135M (dim 576, kv 192, hidden 1536, vocab 49152), then a 1B-class model (dim 2048,
-// kv 512, hidden 8192).
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {
-    {576, 576},   {576, 192},  {576, 1536},  {1536, 576}, {576, 49152},
-    {2048, 2048}, {2048, 512}, {2048, 8192}, {8192, 2048},
-};
-
 void gemv_shapes(benchmark::internal::Benchmark* b) {
-    for (const auto& [k, m] : kShapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {1}, {k}, {m}});
-}
-
-// Prefill: a 32-token chunk and a 512-token prompt.
-void gemm_shapes(benchmark::internal::Benchmark* b) {
-    for (const auto& [k, m] : kShapes) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
+    for (const auto& [k, m] : matrix_shapes()) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {1}, {k}, {m}});
 }
 
 BENCHMARK(matmul_q<8, true>)->Name("gemv/q8")->Apply(gemv_shapes);
 BENCHMARK(matmul_q<8, false>)->Name("gemv/q8-rows")->Apply(gemv_shapes);
 BENCHMARK(matmul_q<4, true>)->Name("gemv/q4")->Apply(gemv_shapes);
 BENCHMARK(matmul_q<4, false>)->Name("gemv/q4-rows")->Apply(gemv_shapes);
-BENCHMARK(matmul_q<8, true>)->Name("gemm/q8")->Apply(gemm_shapes);
-BENCHMARK(matmul_q<8, false>)->Name("gemm/q8-rows")->Apply(gemm_shapes);
-BENCHMARK(matmul_q<4, true>)->Name("gemm/q4")->Apply(gemm_shapes);
-BENCHMARK(matmul_q<4, false>)->Name("gemm/q4-rows")->Apply(gemm_shapes);
+BENCHMARK(matmul_q<8, true>)->Name("gemm/q8")->Apply(prefill_shapes);
+BENCHMARK(matmul_q<8, false>)->Name("gemm/q8-rows")->Apply(prefill_shapes);
+BENCHMARK(matmul_q<4, true>)->Name("gemm/q4")->Apply(prefill_shapes);
+BENCHMARK(matmul_q<4, false>)->Name("gemm/q4-rows")->Apply(prefill_shapes);
 
 }  // namespace
 }  // namespace kvx::bench

@@ -67,6 +67,18 @@ int use_threads(const benchmark::State& state) {
     return threads;
 }
 
+const std::vector<std::pair<int64_t, int64_t>>& matrix_shapes() {
+    static const std::vector<std::pair<int64_t, int64_t>> shapes = {
+        {576, 576},   {576, 192},  {576, 1536},  {1536, 576}, {576, 49152},
+        {2048, 2048}, {2048, 512}, {2048, 8192}, {8192, 2048},
+    };
+    return shapes;
+}
+
+void prefill_shapes(benchmark::internal::Benchmark* b) {
+    for (const auto& [k, m] : matrix_shapes()) sweep(b, {"threads", "n", "k", "m"}, {thread_counts(), {32, 512}, {k}, {m}});
+}
+
 void report_per_call(benchmark::State& state, double bytes, double flops, Products products) {
     using benchmark::Counter;
     if (!g_ceiling) throw std::logic_error("kvx-bench: the machine ceiling is measured in main before benchmarks run");

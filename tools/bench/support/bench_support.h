@@ -34,6 +34,12 @@ const BaselineKernelTable& baseline_kernels_under_test();  // the same level's (
 // 1 and omp_get_max_threads() (the core count unless OMP_NUM_THREADS says otherwise), without repeats.
 std::vector<int64_t> thread_counts();
 
+// {k, m} of the matrices the matmul benchmarks run: SmolLM2-135M's (dim 576, kv 192, hidden 1536, vocab 49152),
+// then a 1B-class model's (dim 2048, kv 512, hidden 8192).
+const std::vector<std::pair<int64_t, int64_t>>& matrix_shapes();
+// A prefill over every matrix_shapes() entry: arguments threads, n (32, a chunk; 512, a prompt), k, m.
+void prefill_shapes(benchmark::internal::Benchmark* b);
+
 // The argument lists of a sweep: every combination of `lists` (first entry: the thread counts), named,
 // that `keep` accepts (all when it is empty; it bounds the memory of the largest products). Also puts the
 // benchmark on the real-time clock in microseconds.
