@@ -63,13 +63,14 @@ class Kvx(Engine):
         self.binary = binary
         self.options = list(options)  # more options of kvx generate, e.g. ["--kv-dtype", "f16"]
 
-    def command(self, prompt, n_new):
+    def command(self, prompt, n_new, context=None):
+        """context: the KV cache's size in tokens (-c); by default the prompt and what it generates."""
         if not prompt:  # from BOS, printing text: what run.c does
             return [str(self.binary), "generate", "-m", self.model, "-p", "", "-n", str(n_new), "--temp", "0",
                     "-t", str(self.threads)]
         return [str(self.binary), "generate", "-m", self.model, "--tokens", id_list(prompt), "--print-ids",
                 "--ignore-eos", "-n", str(n_new), "--temp", "0", "-t", str(self.threads),
-                "-c", str(len(prompt) + n_new), *self.options]
+                "-c", str(context or len(prompt) + n_new), *self.options]
 
     def parse(self, stdout, stderr, n_new):
         prefill, decode = KVX_PREFILL.search(stderr), KVX_DECODE.search(stderr)

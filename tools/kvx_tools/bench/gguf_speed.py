@@ -141,9 +141,9 @@ def mem_rows(files, args):
     for label, gguf in files.items():
         ids = prompt_source(label, gguf)[:8] if "kvx" in args.engines else []
         threads = args.threads[0]
-        kvx = Kvx(args.kvx, "gguf", threads, str(gguf)).command(ids, 1)
-        kvx[kvx.index("-c") + 1] = str(args.mem_context)  # both engines sized for the same context
-        commands = {"llama.cpp": llamacpp_peer.one_token_command(gguf, threads, args.mem_context), "kvx": kvx}
+        # Both engines sized for the same context.
+        commands = {"llama.cpp": llamacpp_peer.one_token_command(gguf, threads, args.mem_context),
+                    "kvx": Kvx(args.kvx, "gguf", threads, str(gguf)).command(ids, 1, context=args.mem_context)}
         runs = {engine: [] for engine in args.engines}
         for _ in range(args.rounds):
             for engine in args.engines:
