@@ -13,7 +13,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   # with nvcc, and here its kernels, the backend and kvx --device cuda run, checked by ASan + UBSan (label
   # cuda-emulated).
   # Without the avx512vnni level (cpu/kernels/CMakeLists.txt says why).
+  # Without the benchmarks (tools/CMakeLists.txt says why).
   scripts/build.sh "$build_dir" -DKVX_SANITIZE=ON -DKVX_CUDA=OFF -DKVX_CUDA_EMULATION=ON -DKVX_CPU_AVX512_VNNI=OFF \
+    -DKVX_BUILD_BENCHMARKS=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
