@@ -45,58 +45,69 @@ inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
            static_cast<size_t>(row_group_block_bytes(w) + tables * kQuantGroupRows * (w.scales_f16 ? 2 : 4));
 }
 
-// Copies w [rows][.] (which must fit, row_groups_fit) into dst, row_groups_bytes(w, rows) bytes at any
-// 4-byte aligned address, and returns the QuantMatrix that reads the copy.
-inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
+// The QuantMatrix that reads a copy of w [rows][.] (which must fit, row_groups_fit) at dst,
+// row_groups_bytes(w, rows) bytes at any 4-byte aligned address: [groups][n_blocks][block_bytes] integers, then
+// the scales [groups][n_blocks][8], then the minimums, as row_groups_bytes says. Writes nothing.
+inline QuantMatrix row_groups_copy_at(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
     const int64_t groups = row_group_count(rows);
+    const int64_t n_blocks = w.padded_cols / w.block;
+    const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * (w.scales_f16 ? 2 : 4);
+    QuantMatrix copy = w;
+    uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * row_group_block_bytes(w));
+    copy.q = dst;
+    copy.scales = scales;
+    copy.offsets = w.offset == QuantOffset::mins ? scales + table_bytes : nullptr;
+    copy.layout = QuantLayout::row_groups;
+    return copy;
+}
+
+// Writes row group g (0 <= g < row_group_count(rows)) of the copy of w [rows][.] at dst (row_groups_copy_at).
+// Groups touch disjoint bytes, so a loader may write them on several threads: the first touch of a model's
+// weights is seconds of page faults and copying at 3B on one core.
+inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int64_t g) {
+    const QuantMatrix copy = row_groups_copy_at(w, rows, dst);
     const int64_t n_blocks = w.padded_cols / w.block;
     const size_t scale_bytes = w.scales_f16 ? 2 : 4;
     const int64_t block_bytes = row_group_block_bytes(w);
     const int chunks = static_cast<int>(block_bytes / 32);  // of 4 bytes per row, in a block
-    uint8_t* q = dst;                                                         // [groups][n_blocks][block_bytes]
-    uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * block_bytes);  // [groups][n_blocks][8]
-    const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * scale_bytes;
-    uint8_t* mins = w.offset == QuantOffset::mins ? scales + table_bytes : nullptr;  // [groups][n_blocks][8]
-    QuantMatrix copy = w;
-    copy.q = q;
-    copy.scales = scales;
-    copy.offsets = mins;
-    copy.layout = QuantLayout::row_groups;
+    uint8_t* q = dst;
+    uint8_t* scales = dst + (static_cast<const uint8_t*>(copy.scales) - copy.q);
+    uint8_t* mins = copy.offsets ? dst + (static_cast<const uint8_t*>(copy.offsets) - copy.q) : nullptr;
     const auto* from_scales = static_cast<const uint8_t*>(w.scales);
     const size_t group_q_bytes = static_cast<size_t>(n_blocks * block_bytes);
     const size_t group_table_bytes = static_cast<size_t>(n_blocks * kQuantGroupRows) * scale_bytes;
-    // Group by group, each group's bytes written by one thread (the first touch of a model's weights: at 3B,
-    // seconds of page faults and copying on one core).
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (int64_t g = 0; g < groups; ++g) {
-        // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and
-        // minimum 0, so that they add nothing.
-        std::memset(q + static_cast<size_t>(g) * group_q_bytes, w.bits == 8 ? 0x80 : 0x88, group_q_bytes);
-        std::memset(scales + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
-        if (mins) std::memset(mins + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
-        const int64_t row_end = (g + 1) * kQuantGroupRows < rows ? (g + 1) * kQuantGroupRows : rows;
-        for (int64_t r = g * kQuantGroupRows; r < row_end; ++r)
-            for (int64_t i = 0; i < n_blocks; ++i) {
-                // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
-                const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
-                const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
-                uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
-                for (int chunk = 0; chunk < chunks; ++chunk) {
-                    std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
-                    if (w.bits == 8)
-                        for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
-                }
-                std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
-                            from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
-                if (mins)
-                    std::memcpy(mins + static_cast<size_t>(to) * scale_bytes,
-                                static_cast<const uint8_t*>(w.offsets) + static_cast<size_t>(from) * scale_bytes,
-                                scale_bytes);
+    // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum 0,
+    // so that they add nothing.
+    std::memset(q + static_cast<size_t>(g) * group_q_bytes, w.bits == 8 ? 0x80 : 0x88, group_q_bytes);
+    std::memset(scales + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
+    if (mins) std::memset(mins + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
+    const int64_t row_end = (g + 1) * kQuantGroupRows < rows ? (g + 1) * kQuantGroupRows : rows;
+    for (int64_t r = g * kQuantGroupRows; r < row_end; ++r)
+        for (int64_t i = 0; i < n_blocks; ++i) {
+            // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
+            const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
+            const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
+            uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
+            for (int chunk = 0; chunk < chunks; ++chunk) {
+                std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
+                if (w.bits == 8)
+                    for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
             }
-    }
-    return copy;
+            std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
+                        from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
+            if (mins)
+                std::memcpy(mins + static_cast<size_t>(to) * scale_bytes,
+                            static_cast<const uint8_t*>(w.offsets) + static_cast<size_t>(from) * scale_bytes,
+                            scale_bytes);
+        }
+}
+
+// Copies w [rows][.] (which must fit, row_groups_fit) into dst, row_groups_bytes(w, rows) bytes at any 4-byte
+// aligned address, on the calling thread, and returns the QuantMatrix that reads the copy. Loaders of whole
+// models share the groups out over their threads instead (row_groups_copy_at, copy_row_group).
+inline QuantMatrix copy_to_row_groups(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
+    for (int64_t g = 0; g < row_group_count(rows); ++g) copy_row_group(w, rows, dst, g);
+    return row_groups_copy_at(w, rows, dst);
 }
 
 // A copy that owns its bytes, for code that copies one matrix at a time (tests, benchmarks); a backend

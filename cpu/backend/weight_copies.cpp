@@ -89,7 +89,12 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
         const QuantTableBytes t = quant_table_bytes(w->quant, w->rows);
         QuantMatrix copy = w->quant;
         if (in_row_groups(*w, kernels)) {
-            copy = copy_to_row_groups(w->quant, w->rows, at);
+            // Group by group on every core: the first touch of a model's weights.
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+            for (int64_t g = 0; g < row_group_count(w->rows); ++g) copy_row_group(w->quant, w->rows, at, g);
+            copy = row_groups_copy_at(w->quant, w->rows, at);
             at += aligned(row_groups_bytes(w->quant, w->rows));
             if (model.weights) {
                 model.weights->release_pages(w->quant.q, t.q);

@@ -381,7 +381,14 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     q.q = q_table;
     q.scales = scales;
     q.offsets = mins;
-    if (in_row_groups) q = copy_to_row_groups(q, rows, arena.allocate(row_groups_bytes(q, rows)));
+    if (in_row_groups) {
+        uint8_t* groups = arena.allocate(row_groups_bytes(q, rows));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (int64_t g = 0; g < row_group_count(rows); ++g) copy_row_group(q, rows, groups, g);
+        q = row_groups_copy_at(q, rows, groups);
+    }
     m.data = q.q;
     file.release_pages(tensor.data, tensor.nbytes);
     return m;
