@@ -88,7 +88,7 @@ class ServeSmolLM2(unittest.TestCase):
         requests = []
         for i in range(16):
             sampled = i % 2 == 1
-            requests.append({"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 8 + 3 * i,
+            requests.append({"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 4 + 2 * i,
                              "temperature": 0.8 if sampled else 0.0, "seed": 300 + i, "top_k": 40 if sampled else 0,
                              "top_p": 0.95 if sampled else 1.0})
 
