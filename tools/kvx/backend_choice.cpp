@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <string>
 #include <omp.h>
 
 #include "cpu/backend/cpu_backend.h"
@@ -117,6 +119,19 @@ LoadedModel load_for_run(const RunOptions& options) {
 
 void print_weight_format(const Model& model) {
     std::fprintf(stderr, "kvx: weights %s\n", weight_format(model).c_str());
+}
+
+void print_peak_rss() {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kib = 0;
+    while (status >> key) {
+        if (key == "VmHWM:" && status >> kib) {
+            std::fprintf(stderr, "kvx: peak RSS %.1f MiB\n", static_cast<double>(kib) / 1024.0);
+            return;
+        }
+        status.ignore(1 << 20, '\n');
+    }
 }
 
 }  // namespace kvx::cli

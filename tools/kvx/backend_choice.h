@@ -49,5 +49,9 @@ void start_engine(LoadedModel& loaded, const RunOptions& options, int32_t num_bl
 
 // "kvx: weights q4 block 32 (fp16 scales), f32 embedding": the stats line naming how the matrices are stored.
 void print_weight_format(const Model& model);
+// "kvx: peak RSS 647.2 MiB": this process's resident high-water mark (VmHWM of /proc/self/status), where the
+// system reports one. Not getrusage's ru_maxrss, which keeps the RSS of the process that started kvx when it
+// forked (a Python test's 200 MB), across the exec.
+void print_peak_rss();
 
 }  // namespace kvx::cli

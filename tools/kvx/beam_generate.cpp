@@ -108,6 +108,7 @@ void run_beam_generate(LoadedModel& loaded, const RunOptions& run, const Tokeniz
     write_out(text + "\n");
     print_beam_stats(result, *loaded.engine, f.beams);
     print_weight_format(*loaded.model);
+    print_peak_rss();
 }
 
 }  // namespace kvx::cli

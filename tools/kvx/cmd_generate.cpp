@@ -104,6 +104,7 @@ void run_generate(const GenerateOptions& o, const CLI::App& cmd) {
     print_stats(stats, sampling.seed);
     print_weight_format(*loaded.model);
     print_group_usage(stats, loaded.engine->cache_groups());
+    print_peak_rss();
 }
 
 }  // namespace

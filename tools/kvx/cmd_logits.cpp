@@ -38,6 +38,7 @@ void run_logits(const LogitsOptions& o) {
     const size_t vocab = static_cast<size_t>(config.vocab_size);
     write_npy_f32(o.output, all, {static_cast<int64_t>(tokens.size()), static_cast<int64_t>(vocab)});
     std::fprintf(stderr, "kvx: wrote logits [%zu, %zu] to %s\n", tokens.size(), vocab, o.output.c_str());
+    print_peak_rss();
 }
 
 }  // namespace
