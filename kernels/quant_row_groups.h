@@ -61,10 +61,12 @@ inline QuantMatrix row_groups_copy_at(const QuantMatrix& w, int64_t rows, uint8_
     return copy;
 }
 
-// Writes row group g (0 <= g < row_group_count(rows)) of the copy of w [rows][.] at dst (row_groups_copy_at).
-// Groups touch disjoint bytes, so a loader may write them on several threads: the first touch of a model's
-// weights is seconds of page faults and copying at 3B on one core.
-inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int64_t g) {
+// Writes row group g (0 <= g < row_group_count(rows)) of the copy of a matrix [rows][.] at dst
+// (row_groups_copy_at), from w, which holds that matrix's rows from w_first_row on in rows layout: all of them
+// (w_first_row 0), or a slab that a loader converts one piece at a time so as not to hold a whole second copy
+// (the group's rows must all be in it). Groups touch disjoint bytes, so a loader may write them on several
+// threads: the first touch of a model's weights is seconds of page faults and copying at 3B on one core.
+inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int64_t g, int64_t w_first_row = 0) {
     const QuantMatrix copy = row_groups_copy_at(w, rows, dst);
     const int64_t n_blocks = w.padded_cols / w.block;
     const size_t scale_bytes = w.scales_f16 ? 2 : 4;
@@ -85,7 +87,7 @@ inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int
     for (int64_t r = g * kQuantGroupRows; r < row_end; ++r)
         for (int64_t i = 0; i < n_blocks; ++i) {
             // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
-            const int64_t from = quant_block_index(w, r, i), to = quant_block_index(copy, r, i);
+            const int64_t from = quant_block_index(w, r - w_first_row, i), to = quant_block_index(copy, r, i);
             const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
             uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
             for (int chunk = 0; chunk < chunks; ++chunk) {

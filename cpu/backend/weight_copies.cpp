@@ -1,5 +1,6 @@
 #include "cpu/backend/weight_copies.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@ namespace {
 
 // Each copy starts on a cache line, as the mapping's tensors need not.
 constexpr size_t kCopyAlign = 64;
+// How much of a matrix is copied before the mapping's pages of it are given back.
+constexpr size_t kReleasePieceBytes = size_t{8} << 20;
 
 size_t aligned(size_t bytes) { return (bytes + kCopyAlign - 1) / kCopyAlign * kCopyAlign; }
 
@@ -65,21 +68,36 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
         throw Error(std::string("the weights' copy in huge pages: ") + e.what());
     }
     uint8_t* at = memory_.data();
-    // Copies bytes from the mapping to `at`, gives the mapping's pages back, and returns where the copy is.
+    // Copies bytes from the mapping to `at`, giving the mapping's pages back a piece at a time, and returns where
+    // the copy is. In pieces: copied whole, the last matrix (a tied classifier, 113 MB of an F32 SmolLM2) was
+    // held twice at the load's peak.
     auto move = [&](const void* from, size_t bytes) {
         uint8_t* to = at;
-        if (bytes > 0) std::memcpy(to, from, bytes);
-        if (model.weights) model.weights->release_pages(from, bytes);
+        for (size_t done = 0; done < bytes;) {
+            const size_t piece = std::min(bytes - done, kReleasePieceBytes);
+            std::memcpy(to + done, static_cast<const uint8_t*>(from) + done, piece);
+            model.release_pages(static_cast<const uint8_t*>(from) + done, piece);
+            done += piece;
+        }
+        model.release_pages(from, bytes);  // the pages that straddled two pieces
         at += aligned(bytes);
         return to;
     };
     for (const WeightMatrix* w : matrices) {
         if (w->dtype == WeightDtype::f16 && in_row_groups(*w, kernels)) {
+            // Whole row groups a piece at a time, each piece's pages given back after it, as move does.
             auto* copy = reinterpret_cast<uint16_t*>(at);
-            copy_to_f16_row_groups(w->f16(), w->rows, w->cols, copy);
+            const int64_t row_bytes = w->cols * 2;
+            const int64_t piece_rows = std::max<int64_t>(
+                kF16GroupRows, static_cast<int64_t>(kReleasePieceBytes) / row_bytes / kF16GroupRows * kF16GroupRows);
+            for (int64_t r = 0; r < w->rows; r += piece_rows) {
+                const int64_t n = std::min(piece_rows, w->rows - r);
+                copy_to_f16_row_groups(w->f16() + r * w->cols, n, w->cols, copy + f16_row_groups_elems(r, w->cols));
+                model.release_pages(w->f16() + r * w->cols, static_cast<size_t>(n * row_bytes));
+            }
             f16_groups_.emplace(w->data, copy);
             at += aligned(f16_groups_bytes(*w));
-            if (model.weights) model.weights->release_pages(w->data, float_bytes(*w));
+            model.release_pages(w->data, float_bytes(*w));
             continue;
         }
         if (!w->quantized()) {
@@ -96,11 +114,9 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
             for (int64_t g = 0; g < row_group_count(w->rows); ++g) copy_row_group(w->quant, w->rows, at, g);
             copy = row_groups_copy_at(w->quant, w->rows, at);
             at += aligned(row_groups_bytes(w->quant, w->rows));
-            if (model.weights) {
-                model.weights->release_pages(w->quant.q, t.q);
-                model.weights->release_pages(w->quant.scales, t.scales);
-                if (w->quant.offsets) model.weights->release_pages(w->quant.offsets, t.offsets);
-            }
+            model.release_pages(w->quant.q, t.q);
+            model.release_pages(w->quant.scales, t.scales);
+            if (w->quant.offsets) model.release_pages(w->quant.offsets, t.offsets);
         } else {
             copy.q = move(w->quant.q, t.q);
             copy.scales = move(w->quant.scales, t.scales);

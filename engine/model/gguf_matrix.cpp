@@ -241,6 +241,10 @@ const Relayout* find_relayout(GgmlType type) {
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }  // each table on its own cache line
 
+// The rows-layout scratch a matrix goes through on its way to row groups (gguf_weight_matrix): large enough
+// that each slab is a few parallel loops' worth of work, small beside any model.
+constexpr size_t kRelayoutSlabBytes = size_t{1} << 20;
+
 // Row `from` of the tensor's blocks into row `to` of the kvx tables.
 void relayout_row(const Relayout& r, const GgmlTypeInfo& info, const uint8_t* src, int64_t cols, uint8_t* q_row,
                   uint8_t* scales_row, uint8_t* mins_row) {
@@ -359,34 +363,52 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     q.x_rounding = info.block_values == 256 ? QuantXRounding::ggml_k : QuantXRounding::ggml;
     m.dtype = r->bits == 4 ? WeightDtype::q4 : WeightDtype::q8;
     // Every GGUF row is a whole number of blocks of 32 or 256, so padded_cols == cols: nothing to pad.
-    const QuantTableBytes t = quant_table_bytes(q, rows);
-    const bool in_row_groups = quant_layout == QuantLayout::row_groups && row_groups_fit(q);
-    const size_t rows_bytes = round_up_64(t.q) + round_up_64(t.scales) + t.offsets;
-    // The rows layout on its way to row groups, uninitialised (new[], not a vector): every byte that is read is
-    // written first, and a pass of zeros over a classifier's 300 MB is time at load. Freed before the next matrix,
-    // so the weights are held once.
-    std::unique_ptr<uint64_t[]> scratch(in_row_groups ? new uint64_t[(rows_bytes + 7) / 8] : nullptr);
-    uint8_t* q_table = in_row_groups ? reinterpret_cast<uint8_t*>(scratch.get()) : arena.allocate(rows_bytes);
-    uint8_t* scales = q_table + round_up_64(t.q);
-    uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(t.scales) : nullptr;
     const size_t q_row = static_cast<size_t>(q.padded_cols) * static_cast<size_t>(q.bits) / 8;
     const size_t table_row = static_cast<size_t>(q.padded_cols / q.block) * (q.scales_f16 ? 2 : 4);
-    // Rows are independent: on every core, as the decode of a 3B model's blocks took 2.5 s of a 7 s load on one.
+    // Rows [first, first + n) of the tensor in the rows layout at `table` (integers, scales, minimums, each table
+    // on its own cache line), on every core, as the decode of a 3B model's blocks took 2.5 s of a 7 s load on one.
+    auto rows_bytes = [&](int64_t n) {
+        const QuantTableBytes t = quant_table_bytes(q, n);
+        return round_up_64(t.q) + round_up_64(t.scales) + t.offsets;
+    };
+    auto relayout_rows = [&](int64_t first, int64_t n, uint8_t* table) {
+        QuantMatrix part = q;
+        part.q = table;
+        uint8_t* scales = table + round_up_64(quant_table_bytes(q, n).q);
+        uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(quant_table_bytes(q, n).scales) : nullptr;
+        part.scales = scales;
+        part.offsets = mins;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (int64_t row = 0; row < rows; ++row)
-        relayout_row(*r, info, source_row(row), cols, q_table + static_cast<size_t>(row) * q_row,
-                     scales + static_cast<size_t>(row) * table_row, mins ? mins + static_cast<size_t>(row) * table_row : nullptr);
-    q.q = q_table;
-    q.scales = scales;
-    q.offsets = mins;
-    if (in_row_groups) {
+        for (int64_t row = 0; row < n; ++row)
+            relayout_row(*r, info, source_row(first + row), cols, table + static_cast<size_t>(row) * q_row,
+                         scales + static_cast<size_t>(row) * table_row,
+                         mins ? mins + static_cast<size_t>(row) * table_row : nullptr);
+        return part;
+    };
+    if (quant_layout != QuantLayout::row_groups || !row_groups_fit(q)) {
+        q = relayout_rows(0, rows, arena.allocate(rows_bytes(rows)));
+    } else {
+        // Into row groups a slab of rows at a time, through a scratch of about kRelayoutSlabBytes in the rows
+        // layout: a whole matrix's scratch held a second copy of it at the load's peak (Gemma 3's 262,144-row
+        // classifier, 210 MB, was the difference between kvx's peak RSS and its steady one). Uninitialised
+        // (new[], not a vector): every byte that is read is written first.
+        const int64_t slab_rows = std::max<int64_t>(
+            kQuantGroupRows, static_cast<int64_t>(kRelayoutSlabBytes / rows_bytes(kQuantGroupRows)) * kQuantGroupRows);
+        const int64_t scratch_rows = std::min(rows, slab_rows);
+        std::unique_ptr<uint64_t[]> scratch(new uint64_t[(rows_bytes(scratch_rows) + 7) / 8]);
         uint8_t* groups = arena.allocate(row_groups_bytes(q, rows));
+        for (int64_t first = 0; first < rows; first += slab_rows) {
+            const int64_t n = std::min(slab_rows, rows - first);
+            const QuantMatrix slab = relayout_rows(first, n, reinterpret_cast<uint8_t*>(scratch.get()));
+            // The slab's groups; the last slab's also the padding groups past the last row.
+            const int64_t g_end = first + n == rows ? row_group_count(rows) : (first + n) / kQuantGroupRows;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-        for (int64_t g = 0; g < row_group_count(rows); ++g) copy_row_group(q, rows, groups, g);
+            for (int64_t g = first / kQuantGroupRows; g < g_end; ++g) copy_row_group(slab, rows, groups, g, first);
+        }
         q = row_groups_copy_at(q, rows, groups);
     }
     m.data = q.q;

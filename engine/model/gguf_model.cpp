@@ -86,13 +86,19 @@ public:
         return *t;
     }
 
-    // A vector [n] as fp32: F32 in place, F16 and BF16 widened.
+    // A vector [n] as fp32, in the model's own memory: F32 copied, F16 and BF16 widened. Not read in place: a
+    // GGUF stores a layer's norms between its matrices, and a read fault maps the whole page-cache folio it
+    // lands in (up to 2 MiB on ext4), so each norm read in a forward pass kept resident up to 2 MB of the
+    // matrices around it that the backend had copied and given back (140 of a SmolLM2 F32 file's 540 MB).
     const float* vector(const GgufTensor& t) {
-        if (t.type == GgmlType::f32) return reinterpret_cast<const float*>(t.data);
-        if (t.type != GgmlType::f16 && t.type != GgmlType::bf16)
+        if (t.type != GgmlType::f32 && t.type != GgmlType::f16 && t.type != GgmlType::bf16)
             fail("tensor '" + t.name + "' is " + std::string(ggml_type_info(t.type).name) + "; a vector must be F32, F16 or BF16");
         const int64_t n = t.elements();
         auto& out = m_.owned_vectors.emplace_back(static_cast<size_t>(n));
+        if (t.type == GgmlType::f32) {
+            std::memcpy(out.data(), t.data, static_cast<size_t>(n) * sizeof(float));
+            return out.data();
+        }
         for (int64_t i = 0; i < n; ++i) {
             uint16_t h;
             std::memcpy(&h, t.data + 2 * i, 2);

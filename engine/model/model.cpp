@@ -17,6 +17,11 @@ bool Model::owns(const void* p) const {
     return false;
 }
 
+void Model::release_pages(const void* p, size_t bytes) const {
+    if (weights) weights->release_pages(p, bytes);
+    if (gguf) gguf->release_pages(p, bytes);
+}
+
 namespace {
 
 // Hands out the tensors of the weights file by name, checking dtype and shape, and remembers which ones were

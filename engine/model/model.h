@@ -81,6 +81,9 @@ struct Model {
     // Whether p lies in owned_weights: memory the model filled in kvx's layout, which a backend may read in
     // place rather than copy.
     bool owns(const void* p) const;
+    // Gives back the pages of [p, p + bytes) in whichever file mapping holds them (MappedFile::release_pages):
+    // for a backend that copied a matrix out of it. Memory the model owns is left alone.
+    void release_pages(const void* p, size_t bytes) const;
 };
 
 // Whether any matrix of the model is q8 or q4.

@@ -15,6 +15,7 @@ the `gguf` package's writer and dequantization, an implementation kvx shares not
 The real files (Gemma 3 and SmolLM2 as downloaded) are run in test_gemma3.py and test_smollm2_gguf.py."""
 
 import os
+import re
 import struct
 import subprocess
 import tempfile
@@ -68,38 +69,60 @@ class Folder(unittest.TestCase):
             self.assertIn(fragment, lines[0])
 
 
+def write_tensors(path, tensors):
+    """A GGUF of `tensors` ({name: (array, raw_dtype or None)}) and no other metadata than its architecture."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, (data, raw_dtype) in tensors.items():
+        writer.add_tensor(name, data, raw_dtype=raw_dtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 class BlockTypes(Folder):
-    def test_every_kept_type_dequantizes_as_gguf_does(self):
-        rng = np.random.default_rng(7)
-        rows = 5
-        path = self.dir / "types.gguf"
-        writer = gguf.GGUFWriter(str(path), "llama")
-        expected = {}
-        for kind in HALF_FIELDS:
-            cols = 512 if GGML_QUANT_SIZES[kind][0] == 256 else 96
-            data = random_blocks(kind, rows, cols, rng)
-            writer.add_tensor(kind.name, data, raw_dtype=kind)
-            expected[kind.name] = gguf.quants.dequantize(data, kind).reshape(rows, cols)
-        floats = rng.standard_normal((rows, 40)).astype(np.float32)
-        writer.add_tensor("F32", floats)
-        writer.add_tensor("F16", floats.astype(np.float16))
-        expected["F32"] = floats
-        expected["F16"] = floats.astype(np.float16).astype(np.float32)
-        bf16 = gguf.quants.quantize(floats, T.BF16)
-        writer.add_tensor("BF16", bf16, raw_dtype=T.BF16)
-        expected["BF16"] = gguf.quants.dequantize(bf16, T.BF16).reshape(rows, 40)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+    def assert_dequantized(self, path, expected, *flags):
+        """`kvx inspect --tensor NAME [flags]` gives each tensor of `expected` ({name: fp32 values}) bit for bit."""
         for name, want in expected.items():
-            with self.subTest(type=name):
+            with self.subTest(type=name, flags=flags):
                 out = self.dir / f"{name}.npy"
-                proc = run_kvx("inspect", path, "--tensor", name, "-o", out)
+                proc = run_kvx("inspect", path, "--tensor", name, *flags, "-o", out)
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 got = np.load(out)
                 self.assertEqual(got.shape, want.shape)
                 np.testing.assert_array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))
+
+    def test_every_kept_type_dequantizes_as_gguf_does(self):
+        rng = np.random.default_rng(7)
+        rows = 5
+        tensors, expected = {}, {}
+        for kind in HALF_FIELDS:
+            cols = 512 if GGML_QUANT_SIZES[kind][0] == 256 else 96
+            tensors[kind.name] = (random_blocks(kind, rows, cols, rng), kind)
+            expected[kind.name] = gguf.quants.dequantize(tensors[kind.name][0], kind).reshape(rows, cols)
+        floats = rng.standard_normal((rows, 40)).astype(np.float32)
+        tensors["F32"] = (floats, None)
+        tensors["F16"] = (floats.astype(np.float16), None)
+        expected["F32"] = floats
+        expected["F16"] = floats.astype(np.float16).astype(np.float32)
+        bf16 = gguf.quants.quantize(floats, T.BF16)
+        tensors["BF16"] = (bf16, T.BF16)
+        expected["BF16"] = gguf.quants.dequantize(bf16, T.BF16).reshape(rows, 40)
+        self.assert_dequantized(write_tensors(self.dir / "types.gguf", tensors), expected)
+
+    def test_row_groups_hold_every_weight_of_a_tensor_converted_in_slabs(self):
+        """The SIMD levels' load (--row-groups) goes through a rows-layout scratch of about 1 MiB at a time
+        (gguf_matrix.cpp): a tensor of 2,501 rows spans several such slabs and ends in a partial row group,
+        and every weight must still be gguf's."""
+        rng = np.random.default_rng(11)
+        rows = 2501
+        tensors, expected = {}, {}
+        for kind in (T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K):
+            cols = 1024 if kind in (T.Q8_0, T.Q4_0, T.Q4_1) else 512
+            tensors[kind.name] = (random_blocks(kind, rows, cols, rng), kind)
+            expected[kind.name] = gguf.quants.dequantize(tensors[kind.name][0], kind).reshape(rows, cols)
+        self.assert_dequantized(write_tensors(self.dir / "slabs.gguf", tensors), expected, "--row-groups")
 
     def test_a_type_kvx_does_not_keep_is_named(self):
         path = self.dir / "iq2.gguf"
@@ -148,13 +171,13 @@ class Metadata(Folder):
         self.assertIn("  tensor b.weight F16 [64, 2] 256 bytes", lines)
 
 
-def tiny_llama(path, kind=T.Q8_0, arch="llama", extra=None, skip=(), shapes=None):
-    """A 1-layer llama-shaped GGUF (dim 32, 2 heads of 16, MLP 64, vocabulary 8) with matrices of `kind`."""
+def tiny_llama(path, kind=T.Q8_0, arch="llama", extra=None, skip=(), shapes=None, mlp=64):
+    """A 1-layer llama-shaped GGUF (dim 32, 2 heads of 16, MLP `mlp`, vocabulary 8) with matrices of `kind`."""
     rng = np.random.default_rng(3)
     writer = gguf.GGUFWriter(str(path), arch)
     a = arch
     writer.add_uint32(f"{a}.embedding_length", 32)
-    writer.add_uint32(f"{a}.feed_forward_length", 64)
+    writer.add_uint32(f"{a}.feed_forward_length", mlp)
     writer.add_uint32(f"{a}.block_count", 1)
     writer.add_uint32(f"{a}.attention.head_count", 2)
     writer.add_uint32(f"{a}.attention.head_count_kv", 2)
@@ -163,7 +186,7 @@ def tiny_llama(path, kind=T.Q8_0, arch="llama", extra=None, skip=(), shapes=None
     tensors = {"token_embd.weight": (8, 32), "output_norm.weight": (32,), "blk.0.attn_norm.weight": (32,),
                "blk.0.attn_q.weight": (32, 32), "blk.0.attn_k.weight": (32, 32), "blk.0.attn_v.weight": (32, 32),
                "blk.0.attn_output.weight": (32, 32), "blk.0.ffn_norm.weight": (32,),
-               "blk.0.ffn_gate.weight": (64, 32), "blk.0.ffn_up.weight": (64, 32), "blk.0.ffn_down.weight": (32, 64)}
+               "blk.0.ffn_gate.weight": (mlp, 32), "blk.0.ffn_up.weight": (mlp, 32), "blk.0.ffn_down.weight": (32, mlp)}
     tensors.update(shapes or {})
     tensors.update(extra or {})
     for name, shape in tensors.items():
@@ -206,6 +229,27 @@ class Models(Folder):
                 want, got = np.load(want_out), np.load(got_out)
                 self.assertGreater(np.abs(want).max(), 0.1)
                 np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+
+    def test_float_matrices_are_held_once(self):
+        """The CPU backend copies F32 and F16 matrices into huge pages a piece of 8 MiB at a time and gives the
+        file's pages of each piece back (cpu/backend/weight_copies.h), and reads no vector in place (a norm
+        between two matrices kept the page-cache folio around it mapped): a run's peak RSS is the file's size
+        plus the runtime's, not twice the file (an F32 SmolLM2: 1055 MiB for a 515 MiB file before, 560
+        after). The copies, several pieces each, give the logits of the reference kernels, which read the
+        file's matrices in place."""
+        for kind in (T.F32, T.F16):
+            with self.subTest(type=kind.name):
+                path = tiny_llama(self.dir / f"wide_{kind.name}.gguf", kind=kind, mlp=1 << 18)  # 3 x 32 MiB of F32
+                size = path.stat().st_size
+                got, want = self.dir / "wide.npy", self.dir / "wide_reference.npy"
+                proc = run_kvx("logits", "-m", path, "--tokens", "1,2,3", "-o", got)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                peak = float(re.search(r"^kvx: peak RSS ([0-9.]+) MiB$", proc.stderr, re.M).group(1)) * (1 << 20)
+                self.assertLess(peak, size * 1.25 + (32 << 20), f"peak RSS {peak / (1 << 20):.0f} MiB for a {size >> 20} MiB file")
+                proc = run_kvx("logits", "-m", path, "--tokens", "1,2,3", "-o", want, "--simd", "reference")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                want = np.load(want)
+                np.testing.assert_allclose(np.load(got), want, rtol=0, atol=1e-4 * np.abs(want).max())
 
     def test_refusals_name_the_problem(self):
         cases = [

@@ -21,6 +21,7 @@ struct InspectOptions {
     std::string path;
     std::string tensor;
     std::string output;
+    bool row_groups = false;
 };
 
 std::string scalar_text(const GgufValue& v) {
@@ -59,14 +60,14 @@ void print_file(const GgufFile& f) {
     }
 }
 
-void write_tensor(const GgufFile& f, const std::string& name, const std::string& output) {
+void write_tensor(const GgufFile& f, const std::string& name, const std::string& output, QuantLayout layout) {
     const GgufTensor* t = f.find_tensor(name);
     if (!t) throw Error("GGUF file '" + f.path() + "' has no tensor '" + name + "'");
     const int64_t cols = t->dims[0];
     const int64_t rows = t->elements() / cols;
     std::vector<OwnedBytes> chunks;
     WeightArena arena(chunks);
-    const WeightMatrix m = gguf_weight_matrix(f, *t, rows, cols, nullptr, QuantLayout::rows, arena);
+    const WeightMatrix m = gguf_weight_matrix(f, *t, rows, cols, nullptr, layout, arena);
     std::vector<float> values(static_cast<size_t>(rows * cols));  // [rows][cols]
     for (int64_t r = 0; r < rows; ++r) m.row_to_f32(r, values.data() + r * cols);
     write_npy_f32(output, values, {rows, cols});
@@ -80,11 +81,15 @@ void add_inspect_command(CLI::App& app) {
     cmd->add_option("file", o->path, "The GGUF file")->required();
     auto* tensor = cmd->add_option("--tensor", o->tensor, "A tensor to write, as kvx holds it, dequantized to fp32 [rows][cols]");
     cmd->add_option("-o,--output", o->output, "The .npy file --tensor writes")->needs(tensor);
+    cmd->add_flag("--row-groups", o->row_groups,
+                  "Hold a block tensor as the SIMD kernels read it, in row groups of 8 (where its type has them), "
+                  "instead of in rows")
+        ->needs(tensor);
     cmd->callback([o] {
         const GgufFile file(o->path);
         if (o->tensor.empty()) return print_file(file);
         if (o->output.empty()) throw CLI::RequiredError("--output (with --tensor)");
-        write_tensor(file, o->tensor, o->output);
+        write_tensor(file, o->tensor, o->output, o->row_groups ? QuantLayout::row_groups : QuantLayout::rows);
     });
 }
 
