@@ -3,11 +3,12 @@
 // kernels read another layout faster: fp16 into row groups (KernelTable::matmul_f16_row_groups,
 // kernels/f16_row_groups.h), and q4 and q8 in blocks of 32 (the format's zero or a minimum per block) into
 // their row groups (KernelTable::matmul_q_layout, kernels/quant_row_groups.h). Each matrix's pages in the
-// model's mapping are given back once copied, so the process holds the weights once. A GGUF model's block
-// matrices are already in kvx's layout on huge pages (engine/model/gguf_matrix.h), and in row groups where
-// they fit when loaded for these kernels (load_model's quant_layout, as the CLI loads them): they are read in
-// place. Loaded in rows (a test's load_gguf_model), those that fit are copied into row groups and held twice:
-// the model's memory is not a file to fault back from, and a tied embedding is read from it.
+// model's mapping (a folder's or a GGUF file's) are given back as it is copied, 8 MiB at a time, so the
+// process holds the weights once. A GGUF model's block matrices are already in kvx's layout on huge pages
+// (engine/model/gguf_matrix.h), and in row groups where they fit when loaded for these kernels (load_model's
+// quant_layout, as the CLI loads them): they are read in place. Loaded in rows (a test's load_gguf_model),
+// those that fit are copied into row groups and held twice: the model's memory is not a file to fault back
+// from, and a tied embedding is read from it.
 //
 // Why copies: the mapping is backed by 4 KiB pages, and a decode step's stream of weights then pays a TLB miss
 // every 4 KiB (huge_page_buffer.h has the figures); the row groups are layouts of their own, read as one
