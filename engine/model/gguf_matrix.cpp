@@ -372,10 +372,11 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
         return round_up_64(t.q) + round_up_64(t.scales) + t.offsets;
     };
     auto relayout_rows = [&](int64_t first, int64_t n, uint8_t* table) {
+        const QuantTableBytes t = quant_table_bytes(q, n);
         QuantMatrix part = q;
         part.q = table;
-        uint8_t* scales = table + round_up_64(quant_table_bytes(q, n).q);
-        uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(quant_table_bytes(q, n).scales) : nullptr;
+        uint8_t* scales = table + round_up_64(t.q);
+        uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(t.scales) : nullptr;
         part.scales = scales;
         part.offsets = mins;
 #ifdef _OPENMP

@@ -123,7 +123,7 @@ double same_size_read_gbps(size_t bytes, int threads) {
 
 // Arguments: threads, context, batch, block, layout.
 void decode_attention(benchmark::State& state, AttentionShape shape) {
-    use_threads(state);
+    const int threads = use_threads(state);
     const int context = static_cast<int>(state.range(1));
     const int batch = static_cast<int>(state.range(2));
     const int block_size = static_cast<int>(state.range(3));
@@ -168,7 +168,7 @@ void decode_attention(benchmark::State& state, AttentionShape shape) {
     const double bytes = 2.0 * positions * shape.n_kv_heads * shape.head_dim * kv_elem_bytes + qo_bytes;
     const double flops = 4.0 * positions * shape.n_heads * shape.head_dim;
     report_per_call(state, bytes, flops);
-    const double same_size = same_size_read_gbps(static_cast<size_t>(bytes - qo_bytes), use_threads(state));
+    const double same_size = same_size_read_gbps(static_cast<size_t>(bytes - qo_bytes), threads);
     state.counters["frac_of_read_same_size"] =
         benchmark::Counter(bytes / (same_size * 1e9), benchmark::Counter::kIsIterationInvariantRate);
 }
