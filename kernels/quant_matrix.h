@@ -24,6 +24,7 @@
 //           offset 4 l + b % 4, stored as q + 128 (offset binary: unsigned, with the zero at 128, as the
 //           unsigned operand of the byte multiplies wants it)
 //   scales: [row_groups][n_blocks][8 rows], and the minimums (offset mins) the same
+//   bases (QuantScales::i8_of_f16): [row_groups][n_bases][8 rows], for the scales and the minimums
 #pragma once
 
 #include <cstddef>
@@ -49,6 +50,19 @@ enum class QuantXRounding : int32_t {
     ggml_k,
 };
 
+// How the tables hold a block's scale (and its minimum, offset mins).
+enum class QuantScales : int32_t {
+    f32,  // [rows][n_blocks] fp32
+    f16,  // [rows][n_blocks] fp16 bits
+    // [rows][n_blocks] int8 multipliers of a base per 256 elements of the row (scale_bases, min_bases:
+    // [rows][n_bases] fp16 bits, n_bases = ceil(padded_cols / 256), block <= 256): scale = float(base) *
+    // float(multiplier), exact in fp32 (11 by 8 significant bits). GGUF's K-quants and IQ4_XS store d * sc so (engine/model/gguf_matrix.h): a byte per
+    // block instead of an fp32, so that decode reads about as many bytes as the file holds.
+    i8_of_f16,
+};
+
+constexpr int kQuantSuperBlock = 256;  // elements per base of QuantScales::i8_of_f16
+
 enum class QuantLayout : int32_t {
     rows,        // row after row, as stored in the model directory
     row_groups,  // eight rows interleaved, as above: what the SIMD kernels read fastest
@@ -56,13 +70,15 @@ enum class QuantLayout : int32_t {
 
 struct QuantMatrix {
     const uint8_t* q = nullptr;      // [rows][row_bytes], as above
-    const void* scales = nullptr;    // [rows][n_blocks]: fp32, or fp16 bits when scales_f16
-    const void* offsets = nullptr;   // [rows][n_blocks] as `offset` says; null for none
+    const void* scales = nullptr;    // [rows][n_blocks]: fp32, fp16 bits or int8, as scale_type says
+    const void* offsets = nullptr;   // [rows][n_blocks] as `offset` says (minimums of the scales' type); null for none
+    const uint16_t* scale_bases = nullptr;  // [rows][n_bases] fp16 bits for i8_of_f16, else null
+    const uint16_t* min_bases = nullptr;    // the same for the minimums (offset mins)
     int32_t bits = 4;                // 4 or 8
     int32_t block = 32;              // a power of two, 16..256
     int32_t padded_cols = 0;         // cols rounded up to a multiple of max(block, 32)
     QuantOffset offset = QuantOffset::none;
-    bool scales_f16 = false;
+    QuantScales scale_type = QuantScales::f32;
     QuantLayout layout = QuantLayout::rows;
     QuantXRounding x_rounding = QuantXRounding::onnxruntime;  // the SIMD kernels' rounding of x for this matrix
 };
@@ -77,6 +93,22 @@ inline int64_t quant_block_index(const QuantMatrix& w, int64_t r, int64_t i) {
     return r * n_blocks + i;
 }
 
+// The bases of a row (QuantScales::i8_of_f16): one per 256 elements, the last one maybe for fewer.
+inline int64_t quant_base_count(const QuantMatrix& w) { return (w.padded_cols + kQuantSuperBlock - 1) / kQuantSuperBlock; }
+
+// Where base s (elements 256 s .. 256 s + 255) of row r is in the bases' tables (QuantScales::i8_of_f16).
+inline int64_t quant_base_index(const QuantMatrix& w, int64_t r, int64_t s) {
+    const int64_t n_bases = quant_base_count(w);
+    if (w.layout == QuantLayout::row_groups)
+        return ((r / kQuantGroupRows) * n_bases + s) * kQuantGroupRows + r % kQuantGroupRows;
+    return r * n_bases + s;
+}
+
+// The bytes of one entry of the scales' (and minimums') table.
+inline size_t quant_scale_bytes(QuantScales type) {
+    return type == QuantScales::f32 ? 4 : type == QuantScales::f16 ? 2 : 1;
+}
+
 // The padded row length of a [.][cols] matrix in blocks of `block`.
 inline int64_t quant_padded_cols(int64_t cols, int32_t block) {
     const int64_t unit = block > 32 ? block : 32;
@@ -84,22 +116,29 @@ inline int64_t quant_padded_cols(int64_t cols, int32_t block) {
 }
 
 // The bytes of the tables of a [rows][.] matrix w in the rows layout: q [rows][row_bytes], scales and offsets
-// [rows][n_blocks] (offsets: 1-byte zero points, minimums of the scales' type, or none). What a backend
-// copies or uploads, and what a benchmark reads per call.
+// [rows][n_blocks] (offsets: 1-byte zero points, minimums of the scales' type, or none), and for i8_of_f16
+// each of the two base tables [rows][n_bases] (min_bases only for offset mins). What a backend copies
+// or uploads, and what a benchmark reads per call.
 struct QuantTableBytes {
     size_t q = 0, scales = 0, offsets = 0;
-    size_t total() const { return q + scales + offsets; }
+    size_t scale_bases = 0, min_bases = 0;
+    size_t total() const { return q + scales + offsets + scale_bases + min_bases; }
 };
 
 inline QuantTableBytes quant_table_bytes(const QuantMatrix& w, int64_t rows) {
     const auto n_rows = static_cast<size_t>(rows);
     const auto entries = n_rows * static_cast<size_t>(w.padded_cols / w.block);
-    const size_t float_bytes = w.scales_f16 ? 2 : 4;
+    const size_t scale_bytes = quant_scale_bytes(w.scale_type);
     const size_t offset_bytes = w.offset == QuantOffset::none          ? 0
                                 : w.offset == QuantOffset::zero_points ? 1
-                                                                       : float_bytes;
-    return {n_rows * static_cast<size_t>(w.padded_cols) * static_cast<size_t>(w.bits) / 8, entries * float_bytes,
-            entries * offset_bytes};
+                                                                       : scale_bytes;
+    QuantTableBytes t{n_rows * static_cast<size_t>(w.padded_cols) * static_cast<size_t>(w.bits) / 8,
+                      entries * scale_bytes, entries * offset_bytes};
+    if (w.scale_type == QuantScales::i8_of_f16) {
+        t.scale_bases = n_rows * static_cast<size_t>(quant_base_count(w)) * 2;
+        if (w.offset == QuantOffset::mins) t.min_bases = t.scale_bases;
+    }
+    return t;
 }
 
 // Element j of row r's integers, 0..15 for q4, -128..127 for q8.
@@ -122,10 +161,20 @@ inline int32_t quant_value(const QuantMatrix& w, int64_t r, int64_t j) {
     return j % 32 < 16 ? byte & 0x0f : byte >> 4;
 }
 
-// Block i of row r's scale, zero point or minimum, as fp32 (fp16 ones widen exactly).
-inline float quant_block_float(const void* table, bool f16, int64_t index) {
-    return f16 ? f16_to_f32(static_cast<const uint16_t*>(table)[index]) : static_cast<const float*>(table)[index];
+// Block i of row r's entry in a table of w's scale type (its scales, or its minimums with their bases), as
+// fp32: fp16 widens exactly, and an int8 multiplier times its widened base is exact.
+inline float quant_block_float(const QuantMatrix& w, const void* table, const uint16_t* bases, int64_t r, int64_t i) {
+    const int64_t b = quant_block_index(w, r, i);
+    switch (w.scale_type) {
+        case QuantScales::f32: return static_cast<const float*>(table)[b];
+        case QuantScales::f16: return f16_to_f32(static_cast<const uint16_t*>(table)[b]);
+        case QuantScales::i8_of_f16: break;
+    }
+    const float base = f16_to_f32(bases[quant_base_index(w, r, i * w.block / kQuantSuperBlock)]);
+    return base * static_cast<float>(static_cast<const int8_t*>(table)[b]);
 }
+inline float quant_block_scale(const QuantMatrix& w, int64_t r, int64_t i) { return quant_block_float(w, w.scales, w.scale_bases, r, i); }
+inline float quant_block_min(const QuantMatrix& w, int64_t r, int64_t i) { return quant_block_float(w, w.offsets, w.min_bases, r, i); }
 
 // Row r of w as fp32 into out[cols]: the reference dequantization (an embedding lookup; the reference
 // matmul). Each weight is s * (q - z) or s * q + m computed in fp32, as ONNX Runtime's and llama.cpp's
@@ -133,7 +182,7 @@ inline float quant_block_float(const void* table, bool f16, int64_t index) {
 inline void dequantize_row(const QuantMatrix& w, int64_t r, int64_t cols, float* out) {
     for (int64_t j = 0; j < cols; ++j) {
         const int64_t b = quant_block_index(w, r, j / w.block);
-        const float s = quant_block_float(w.scales, w.scales_f16, b);
+        const float s = quant_block_scale(w, r, j / w.block);
         const int32_t q = quant_value(w, r, j);
         switch (w.offset) {
             case QuantOffset::none:
@@ -146,7 +195,7 @@ inline void dequantize_row(const QuantMatrix& w, int64_t r, int64_t cols, float*
                 break;
             }
             case QuantOffset::mins:
-                out[j] = s * static_cast<float>(q) + quant_block_float(w.offsets, w.scales_f16, b);
+                out[j] = s * static_cast<float>(q) + quant_block_min(w, r, j / w.block);
                 break;
         }
     }

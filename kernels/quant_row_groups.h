@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/quant_matrix.h"
@@ -35,28 +36,43 @@ inline int64_t row_group_count(int64_t rows) {
 // The integer bytes of one block of a row group: `block` elements of 8 rows.
 inline int64_t row_group_block_bytes(const QuantMatrix& w) { return int64_t{w.block} * kQuantGroupRows * w.bits / 8; }
 
-// The bytes of w's copy in row groups: the integers [row_groups][n_blocks][row_group_block_bytes], then the
-// scales [row_groups][n_blocks][8], fp32 or fp16 as w's, then as many minimums for offset mins.
-inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) {
-    const int64_t groups = row_group_count(rows);
-    const int64_t n_blocks = w.padded_cols / w.block;
-    const int64_t tables = w.offset == QuantOffset::mins ? 2 : 1;
-    return static_cast<size_t>(groups * n_blocks) *
-           static_cast<size_t>(row_group_block_bytes(w) + tables * kQuantGroupRows * (w.scales_f16 ? 2 : 4));
+// The tables of w's copy in row groups, one after another: the integers [row_groups][n_blocks][block_bytes],
+// the scales [row_groups][n_blocks][8] of w's scale type, as many minimums for offset mins, and for
+// QuantScales::i8_of_f16 the bases of each [row_groups][n_bases][8] fp16.
+struct RowGroupTables {
+    size_t q = 0, scales = 0, mins = 0, scale_bases = 0, min_bases = 0;  // bytes of each
+    size_t total() const { return q + scales + mins + scale_bases + min_bases; }
+};
+inline RowGroupTables row_group_tables(const QuantMatrix& w, int64_t rows) {
+    const auto groups = static_cast<size_t>(row_group_count(rows));
+    const auto n_blocks = static_cast<size_t>(w.padded_cols / w.block);
+    RowGroupTables t;
+    t.q = groups * n_blocks * static_cast<size_t>(row_group_block_bytes(w));
+    t.scales = groups * n_blocks * kQuantGroupRows * quant_scale_bytes(w.scale_type);
+    t.mins = w.offset == QuantOffset::mins ? t.scales : 0;
+    if (w.scale_type == QuantScales::i8_of_f16) {
+        t.scale_bases = groups * static_cast<size_t>(quant_base_count(w)) * kQuantGroupRows * 2;
+        t.min_bases = w.offset == QuantOffset::mins ? t.scale_bases : 0;
+    }
+    return t;
 }
 
+// The bytes of w's copy in row groups (row_group_tables).
+inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) { return row_group_tables(w, rows).total(); }
+
 // The QuantMatrix that reads a copy of w [rows][.] (which must fit, row_groups_fit) at dst,
-// row_groups_bytes(w, rows) bytes at any 4-byte aligned address: [groups][n_blocks][block_bytes] integers, then
-// the scales [groups][n_blocks][8], then the minimums, as row_groups_bytes says. Writes nothing.
+// row_groups_bytes(w, rows) bytes at any 4-byte aligned address, its tables as row_group_tables says. Writes
+// nothing.
 inline QuantMatrix row_groups_copy_at(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
-    const int64_t groups = row_group_count(rows);
-    const int64_t n_blocks = w.padded_cols / w.block;
-    const size_t table_bytes = static_cast<size_t>(groups * n_blocks * kQuantGroupRows) * (w.scales_f16 ? 2 : 4);
+    const RowGroupTables t = row_group_tables(w, rows);
     QuantMatrix copy = w;
-    uint8_t* scales = dst + static_cast<size_t>(groups * n_blocks * row_group_block_bytes(w));
     copy.q = dst;
+    uint8_t* scales = dst + t.q;
     copy.scales = scales;
-    copy.offsets = w.offset == QuantOffset::mins ? scales + table_bytes : nullptr;
+    copy.offsets = w.offset == QuantOffset::mins ? scales + t.scales : nullptr;
+    uint8_t* bases = scales + t.scales + t.mins;
+    copy.scale_bases = t.scale_bases ? reinterpret_cast<const uint16_t*>(bases) : nullptr;
+    copy.min_bases = t.min_bases ? reinterpret_cast<const uint16_t*>(bases + t.scale_bases) : nullptr;
     copy.layout = QuantLayout::row_groups;
     return copy;
 }
@@ -68,23 +84,30 @@ inline QuantMatrix row_groups_copy_at(const QuantMatrix& w, int64_t rows, uint8_
 // threads: the first touch of a model's weights is seconds of page faults and copying at 3B on one core.
 inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int64_t g, int64_t w_first_row = 0) {
     const QuantMatrix copy = row_groups_copy_at(w, rows, dst);
+    const RowGroupTables t = row_group_tables(w, rows);
+    const auto groups = static_cast<size_t>(row_group_count(rows));
     const int64_t n_blocks = w.padded_cols / w.block;
-    const size_t scale_bytes = w.scales_f16 ? 2 : 4;
+    const int64_t n_bases = quant_base_count(w);
+    const size_t scale_bytes = quant_scale_bytes(w.scale_type);
     const int64_t block_bytes = row_group_block_bytes(w);
     const int chunks = static_cast<int>(block_bytes / 32);  // of 4 bytes per row, in a block
     uint8_t* q = dst;
-    uint8_t* scales = dst + (static_cast<const uint8_t*>(copy.scales) - copy.q);
-    uint8_t* mins = copy.offsets ? dst + (static_cast<const uint8_t*>(copy.offsets) - copy.q) : nullptr;
-    const auto* from_scales = static_cast<const uint8_t*>(w.scales);
-    const size_t group_q_bytes = static_cast<size_t>(n_blocks * block_bytes);
-    const size_t group_table_bytes = static_cast<size_t>(n_blocks * kQuantGroupRows) * scale_bytes;
+    auto writable = [&](const void* table) { return dst + (static_cast<const uint8_t*>(table) - copy.q); };
     // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum 0,
     // so that they add nothing.
+    const size_t group_q_bytes = t.q / groups;
     std::memset(q + static_cast<size_t>(g) * group_q_bytes, w.bits == 8 ? 0x80 : 0x88, group_q_bytes);
-    std::memset(scales + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
-    if (mins) std::memset(mins + static_cast<size_t>(g) * group_table_bytes, 0, group_table_bytes);
+    for (const auto& [table, bytes] : {std::pair{copy.scales, t.scales}, std::pair{copy.offsets, t.mins},
+                                       std::pair<const void*, size_t>{copy.scale_bases, t.scale_bases},
+                                       std::pair<const void*, size_t>{copy.min_bases, t.min_bases}})
+        if (table) std::memset(writable(table) + static_cast<size_t>(g) * (bytes / groups), 0, bytes / groups);
+    // An entry of `bytes` bytes at index `from` of a rows-layout table to index `to` of its copy.
+    auto copy_entry = [&](const void* from_table, const void* to_table, int64_t from, int64_t to, size_t bytes) {
+        std::memcpy(writable(to_table) + static_cast<size_t>(to) * bytes,
+                    static_cast<const uint8_t*>(from_table) + static_cast<size_t>(from) * bytes, bytes);
+    };
     const int64_t row_end = (g + 1) * kQuantGroupRows < rows ? (g + 1) * kQuantGroupRows : rows;
-    for (int64_t r = g * kQuantGroupRows; r < row_end; ++r)
+    for (int64_t r = g * kQuantGroupRows; r < row_end; ++r) {
         for (int64_t i = 0; i < n_blocks; ++i) {
             // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
             const int64_t from = quant_block_index(w, r - w_first_row, i), to = quant_block_index(copy, r, i);
@@ -95,13 +118,16 @@ inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int
                 if (w.bits == 8)
                     for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
             }
-            std::memcpy(scales + static_cast<size_t>(to) * scale_bytes,
-                        from_scales + static_cast<size_t>(from) * scale_bytes, scale_bytes);
-            if (mins)
-                std::memcpy(mins + static_cast<size_t>(to) * scale_bytes,
-                            static_cast<const uint8_t*>(w.offsets) + static_cast<size_t>(from) * scale_bytes,
-                            scale_bytes);
+            copy_entry(w.scales, copy.scales, from, to, scale_bytes);
+            if (copy.offsets) copy_entry(w.offsets, copy.offsets, from, to, scale_bytes);
         }
+        if (!copy.scale_bases) continue;
+        for (int64_t s = 0; s < n_bases; ++s) {
+            const int64_t from = quant_base_index(w, r - w_first_row, s), to = quant_base_index(copy, r, s);
+            copy_entry(w.scale_bases, copy.scale_bases, from, to, 2);
+            if (copy.min_bases) copy_entry(w.min_bases, copy.min_bases, from, to, 2);
+        }
+    }
 }
 
 // Copies w [rows][.] (which must fit, row_groups_fit) into dst, row_groups_bytes(w, rows) bytes at any 4-byte

@@ -36,7 +36,7 @@ size_t copy_bytes(const WeightMatrix& w, const KernelTable& kernels) {
     if (!w.quantized()) return aligned(float_bytes(w));
     if (in_row_groups(w, kernels)) return aligned(row_groups_bytes(w.quant, w.rows));
     const QuantTableBytes t = quant_table_bytes(w.quant, w.rows);
-    return aligned(t.q) + aligned(t.scales) + aligned(t.offsets);
+    return aligned(t.q) + aligned(t.scales) + aligned(t.offsets) + aligned(t.scale_bases) + aligned(t.min_bases);
 }
 
 // The matrices to copy, each once, in the order a forward pass reads them. A matrix the model filled itself (a
@@ -117,10 +117,14 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
             model.release_pages(w->quant.q, t.q);
             model.release_pages(w->quant.scales, t.scales);
             if (w->quant.offsets) model.release_pages(w->quant.offsets, t.offsets);
+            if (w->quant.scale_bases) model.release_pages(w->quant.scale_bases, t.scale_bases);
+            if (w->quant.min_bases) model.release_pages(w->quant.min_bases, t.min_bases);
         } else {
             copy.q = move(w->quant.q, t.q);
             copy.scales = move(w->quant.scales, t.scales);
             if (w->quant.offsets) copy.offsets = move(w->quant.offsets, t.offsets);
+            if (w->quant.scale_bases) copy.scale_bases = reinterpret_cast<const uint16_t*>(move(w->quant.scale_bases, t.scale_bases));
+            if (w->quant.min_bases) copy.min_bases = reinterpret_cast<const uint16_t*>(move(w->quant.min_bases, t.min_bases));
         }
         quants_.emplace(w->quant.q, copy);
     }

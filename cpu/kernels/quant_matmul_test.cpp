@@ -22,6 +22,7 @@ using kvx::MatmulPart;
 using kvx::QuantMatrix;
 using kvx::QuantLayout;
 using kvx::QuantOffset;
+using kvx::QuantScales;
 using kvx::QuantRowGroups;
 using kvx::cpu::testing::for_each_level;
 using kvx::cpu::testing::nan_filled;
@@ -34,6 +35,7 @@ struct QuantShape {
     int block = 32;
     QuantOffset offset = QuantOffset::none;
     bool f16 = false;
+    QuantScales scales = f16 ? QuantScales::f16 : QuantScales::f32;
 };
 
 // matmul_q of r's matrix, or of w (r's copied into another layout) when given.
@@ -47,13 +49,16 @@ std::vector<float> run_matmul_q(const KernelTable& kernels, const std::vector<fl
 // The forms row groups take (kernels/quant_row_groups.h): {bits, block}.
 constexpr std::pair<int, int> kRowGroupForms[] = {{4, 32}, {8, 32}, {8, 16}};
 
+// Every scale type (kernels/quant_matrix.h): fp32, fp16, and int8 multipliers of fp16 bases per 256.
+constexpr QuantScales kScaleTypes[] = {QuantScales::f32, QuantScales::f16, QuantScales::i8_of_f16};
+
 TEST_CASE("row groups hold every integer and scale where the format says", "[matmul_q][row_groups]") {
     for (auto [bits, block] : kRowGroupForms)
     for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
     for (int m : {1, 7, 8, 9, 20})
-        for (int k : {1, 32, 100})
-            for (bool f16 : {false, true}) {
-                const RandomQuant r(m, k, bits, block, offset, f16, static_cast<uint32_t>(m * 100 + k + bits + block));
+        for (int k : {1, 32, 100, 600})  // 600: three bases per row, the last for fewer than 256
+            for (QuantScales scales : kScaleTypes) {
+                const RandomQuant r(m, k, bits, block, offset, scales, static_cast<uint32_t>(m * 100 + k + bits + block));
                 const QuantRowGroups groups(r.w, m);
                 const QuantMatrix& g = groups.matrix();
                 REQUIRE(g.layout == QuantLayout::row_groups);
@@ -73,9 +78,9 @@ TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q
     for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
     for (int n : {1, 3, 9})
         for (int k : {33, 576})
-            for (bool f16 : {false, true}) {
+            for (QuantScales scales : kScaleTypes) {
                 const int m = 29;
-                const RandomQuant r(m, k, bits, block, offset, f16, static_cast<uint32_t>(n * 7 + k + bits + block));
+                const RandomQuant r(m, k, bits, block, offset, scales, static_cast<uint32_t>(n * 7 + k + bits + block));
                 const QuantRowGroups groups(r.w, m);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k));
                 std::vector<float> first;
@@ -83,7 +88,7 @@ TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q
                     const std::vector<float> out = run_matmul_q(kernels, x, r, n, &groups.matrix());
                     if (first.empty()) first = out;
                     INFO("q" << bits << " block " << block << (offset == QuantOffset::mins ? " mins" : "") << " n=" << n << " k=" << k
-                              << (f16 ? " fp16 scales" : ""));
+                              << " scale type " << static_cast<int>(scales));
                     CHECK(out == first);
                 });
             }
@@ -96,10 +101,12 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
         for (QuantShape shape : {QuantShape{4, 32, QuantOffset::none, true}, QuantShape{8, 32, QuantOffset::none, true},
                                  QuantShape{8, 16, QuantOffset::none, false},
                                  QuantShape{8, 16, QuantOffset::zero_points, false},
-                                 QuantShape{4, 64, QuantOffset::mins, false}})
+                                 QuantShape{4, 64, QuantOffset::mins, false},
+                                 QuantShape{4, 32, QuantOffset::mins, false, QuantScales::i8_of_f16},
+                                 QuantShape{8, 16, QuantOffset::none, false, QuantScales::i8_of_f16}})
             for (int k : {33, 576, 1100}) {
                 const int n = 9, m = 131;
-                const RandomQuant r(m, k, shape.bits, shape.block, shape.offset, shape.f16, ++seed);
+                const RandomQuant r(m, k, shape.bits, shape.block, shape.offset, shape.scales, ++seed);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);
                 const bool fits = kvx::row_groups_fit(r.w);
                 const std::unique_ptr<QuantRowGroups> groups = fits ? std::make_unique<QuantRowGroups>(r.w, m) : nullptr;
@@ -132,7 +139,7 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
 TEST_CASE("matmul_q over row groups gives a row its bits in any block of rows", "[matmul_q][row_groups][threads]") {
     for_each_level([](const KernelTable& kernels) {
         const int n = 40, k = 16384, m = 40;
-        const RandomQuant r(m, k, 4, 32, QuantOffset::mins, false, 6000);
+        const RandomQuant r(m, k, 4, 32, QuantOffset::mins, QuantScales::i8_of_f16, 6000);  // as Q4_K
         const QuantRowGroups groups(r.w, m);
         const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, 6001);
         for (int threads : {1, 2}) {

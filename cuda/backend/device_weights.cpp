@@ -77,8 +77,8 @@ DeviceMatrix DeviceWeights::matrix(const WeightMatrix& w, const char* what) {
     return d;
 }
 
-// The three tables uploaded as they are stored (the kernels read the file's layout), each its own allocation,
-// so each is aligned for its type and q for the GEMV's 16-byte loads.
+// The tables uploaded as they are stored (the kernels read the file's layout), each its own allocation, so
+// each is aligned for its type and q for the GEMV's 16-byte loads.
 DeviceMatrix DeviceWeights::quantized_matrix(const WeightMatrix& w, const char* what) {
     const QuantTableBytes b = quant_table_bytes(w.quant, w.rows);
     DeviceMatrix d;
@@ -89,6 +89,8 @@ DeviceMatrix DeviceWeights::quantized_matrix(const WeightMatrix& w, const char* 
     d.quant.q = static_cast<const uint8_t*>(upload(w.quant.q, b.q, what));
     d.quant.scales = upload(w.quant.scales, b.scales, what);
     d.quant.offsets = b.offsets ? upload(w.quant.offsets, b.offsets, what) : nullptr;
+    d.quant.scale_bases = b.scale_bases ? static_cast<const uint16_t*>(upload(w.quant.scale_bases, b.scale_bases, what)) : nullptr;
+    d.quant.min_bases = b.min_bases ? static_cast<const uint16_t*>(upload(w.quant.min_bases, b.min_bases, what)) : nullptr;
     d.data = d.quant.q;
     return d;
 }

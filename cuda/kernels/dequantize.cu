@@ -51,7 +51,7 @@ __device__ __forceinline__ void dequantize_row_vectors(const QuantMatrix& w, int
         for (int part = 0; part < kElems / kQuantUnitElems; ++part) {
             const int64_t unit = first + part * kQuantUnitElems;
             float v[kQuantUnitElems];
-            dequantize_unit<kBits>(w, w_row * n_blocks + unit / w.block, raw, part, v);
+            dequantize_unit<kBits>(w, w_row, n_blocks, unit / w.block, raw, part, v);
 #pragma unroll
             for (int e = 0; e < kQuantUnitElems; ++e)
                 if (unit + e < cols) store(out_row, unit + e, v[e]);

@@ -25,12 +25,27 @@ struct QuantBlock {
     float min;
 };
 
-// Block `index` (row * n_blocks + block within the row) of w. The tables are read with their own type's
+// Entry (row, block) of a table of w's scale type (its scales, or its minimums with their bases) as fp32, at
+// index row * n_blocks + block of the row-major tables: an int8 multiplier times its row's base of the block's
+// 256 elements, exact.
+__device__ __forceinline__ float load_quant_float(const QuantMatrix& w, const void* table, const uint16_t* bases,
+                                                  int64_t row, int64_t block, int64_t index) {
+    switch (w.scale_type) {
+        case QuantScales::f32: return __ldg(static_cast<const float*>(table) + index);
+        case QuantScales::f16: return f16_bits_to_f32(__ldg(static_cast<const uint16_t*>(table) + index));
+        case QuantScales::i8_of_f16: break;
+    }
+    const int n_bases = (w.padded_cols + kQuantSuperBlock - 1) / kQuantSuperBlock;  // quant_base_count, on the device
+    const float base = f16_bits_to_f32(__ldg(bases + row * n_bases + block * w.block / kQuantSuperBlock));
+    return __fmul_rn(base, static_cast<float>(__ldg(static_cast<const int8_t*>(table) + index)));
+}
+
+// Block `block` of row `row` of w, whose rows have n_blocks blocks. The tables are read with their own type's
 // alignment, which their separate allocations give.
-__device__ __forceinline__ QuantBlock load_quant_block(const QuantMatrix& w, int64_t index) {
+__device__ __forceinline__ QuantBlock load_quant_block(const QuantMatrix& w, int64_t row, int64_t n_blocks, int64_t block) {
+    const int64_t index = row * n_blocks + block;
     QuantBlock b;
-    b.scale = w.scales_f16 ? f16_bits_to_f32(__ldg(static_cast<const uint16_t*>(w.scales) + index))
-                           : __ldg(static_cast<const float*>(w.scales) + index);
+    b.scale = load_quant_float(w, w.scales, w.scale_bases, row, block, index);
     b.zero = w.bits == 4 ? 8 : 0;
     b.min = 0.0f;
     if (w.offset == QuantOffset::zero_points) {
@@ -38,8 +53,7 @@ __device__ __forceinline__ QuantBlock load_quant_block(const QuantMatrix& w, int
                              : int32_t{__ldg(static_cast<const int8_t*>(w.offsets) + index)};
     } else if (w.offset == QuantOffset::mins) {
         b.zero = 0;
-        b.min = w.scales_f16 ? f16_bits_to_f32(__ldg(static_cast<const uint16_t*>(w.offsets) + index))
-                             : __ldg(static_cast<const float*>(w.offsets) + index);
+        b.min = load_quant_float(w, w.offsets, w.min_bases, row, block, index);
     }
     return b;
 }
@@ -79,13 +93,13 @@ constexpr int kQuantVectorElems = kBits == 8 ? 16 : 32;
 // 8-row q4 GEMV within its registers.
 constexpr int kQuantUnitElems = 16;
 
-// The weights of unit `part` of vector raw into v, in element order. block_index: the unit's block in the
-// tables (row * n_blocks + first element / block).
+// The weights of unit `part` of vector raw into v, in element order: the unit lies in block `block` (its first
+// element / w.block) of row `row`, whose rows have n_blocks blocks.
 template <int kBits>
-__device__ __forceinline__ void dequantize_unit(const QuantMatrix& w, int64_t block_index, const uint4& raw, int part,
-                                                float (&v)[kQuantUnitElems]) {
+__device__ __forceinline__ void dequantize_unit(const QuantMatrix& w, int64_t row, int64_t n_blocks, int64_t block,
+                                                const uint4& raw, int part, float (&v)[kQuantUnitElems]) {
     const bool mins = w.offset == QuantOffset::mins;
-    const QuantBlock b = load_quant_block(w, block_index);
+    const QuantBlock b = load_quant_block(w, row, n_blocks, block);
 #pragma unroll
     for (int i = 0; i < kQuantUnitElems; ++i) {
         const uint32_t byte = vector_byte(raw, i);
@@ -108,10 +122,15 @@ inline void require_quant_matrix(const QuantMatrix& w, int64_t cols, const char*
             "padded_cols must be cols rounded up to a multiple of max(block, 32)");
     require(w.q && w.scales, kernel, "null integers or scales");
     require(w.offset == QuantOffset::none || w.offsets, kernel, "null zero points or minimums");
-    const uintptr_t float_bytes = w.scales_f16 ? 2 : 4;
+    const uintptr_t float_bytes = quant_scale_bytes(w.scale_type);
     require(is_aligned(w.scales, float_bytes), kernel, "scales not aligned to their type");
     require(w.offset != QuantOffset::mins || is_aligned(w.offsets, float_bytes), kernel,
             "minimums not aligned to their type");
+    if (w.scale_type == QuantScales::i8_of_f16) {
+        require(w.scale_bases && is_aligned(w.scale_bases, 2), kernel, "null or misaligned scale bases");
+        require(w.offset != QuantOffset::mins || (w.min_bases && is_aligned(w.min_bases, 2)), kernel,
+                "null or misaligned minimum bases");
+    }
 }
 
 }  // namespace kvx::cuda

@@ -5,7 +5,8 @@
 //   out   fp32 [n][m], row-major
 //   x     fp32 [n][k], row-major (k = cols: x has no padding)
 //   w.q   [m][row_bytes], row_bytes = padded_cols * bits / 8; q8 int8 in element order, q4 nibbles in 32-groups
-//   w.scales, w.offsets  [m][n_blocks], n_blocks = padded_cols / block (fp32 or fp16; int8 / uint8 zero points)
+//   w.scales, w.offsets  [m][n_blocks], n_blocks = padded_cols / block (fp32, fp16 or int8 multipliers of
+//                        w.scale_bases, w.min_bases [m][ceil(padded_cols / 256)] fp16; int8 / uint8 zero points)
 //   bias  fp32 [m] or null
 //
 // Why its own kernel rather than dequantize + gemv_f16: a decode step is bound by the bytes of w, and q4 is a
@@ -45,7 +46,7 @@ constexpr int kVectorsInFlight = kBits == 8 ? 4 : 2;  // 16-byte loads of q in f
 template <int kBits>
 __device__ __forceinline__ float dequantize_element(const QuantMatrix& w, const uint8_t* q_row, int64_t row,
                                                     int64_t n_blocks, int64_t j) {
-    const QuantBlock b = load_quant_block(w, row * n_blocks + j / w.block);
+    const QuantBlock b = load_quant_block(w, row, n_blocks, j / w.block);
     int32_t q;
     if constexpr (kBits == 8) {
         q = static_cast<int8_t>(__ldg(q_row + j));
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kGemvThreads)
                     const int p = v * kElems + part * kQuantUnitElems;  // first element of the unit within the row
                     if (p >= k) break;
                     float wf[kQuantUnitElems];
-                    dequantize_unit<kBits>(w, row * n_blocks + p / w.block, raw[u], part, wf);
+                    dequantize_unit<kBits>(w, row, n_blocks, p / w.block, raw[u], part, wf);
                     accumulate_vector<true>(acc, wf, x, n, k, p);
                 }
             }

@@ -2,7 +2,7 @@
 // (x or q off 16-byte alignment) against matmul_q then add_bias, its argument checks, and the dequantize kernels
 // against dequantize_row (kernels/quant_matrix.h) bit for bit. gemv_quant without a bias, for every form, row
 // count and depth, is the kernel ops harness's (tests/kernel_ops/). The dequantize kernels run every form the
-// format allows: bits 4 and 8, blocks 16, 32, 128, 256, no offset / zero points / minimums, fp32 and fp16 scales.
+// format allows: bits 4 and 8, blocks 16, 32, 128, 256, no offset / zero points / minimums, fp32, fp16 and int8-of-fp16 scales.
 //
 // The integers are random bytes everywhere, the rows' padding included, so a kernel that reads a padding
 // element as a weight, takes a high nibble for a low one or the wrong block's scale fails by far more than the
@@ -31,12 +31,18 @@ using kvx::QuantOffset;
 
 const kvx::KernelTable& reference = kvx::reference_kernels();
 
+using kvx::QuantScales;
+
 struct QuantForm {
     int bits;
     int block;
     QuantOffset offset;
-    bool f16;
+    QuantScales scales;
 };
+
+const char* scales_name(QuantScales s) {
+    return s == QuantScales::f32 ? " fp32" : s == QuantScales::f16 ? " fp16" : " int8 of fp16 bases";
+}
 
 // A random [rows][cols] quantized matrix on the host (`host`'s pointers) and on the device (`device`'s), q
 // placed q_offset bytes into its allocation (1: unaligned, the scalar paths).
@@ -49,28 +55,45 @@ public:
         const auto n_tables = static_cast<size_t>(rows * (padded / f.block));
         q_.resize(static_cast<size_t>(rows * padded * f.bits / 8));
         for (uint8_t& b : q_) b = byte();
-        scales_ = table(random_floats(n_tables, seed + 1, -0.05f, 0.05f), f.f16);
-        if (f.offset == QuantOffset::zero_points) {
-            offsets_.resize(n_tables);
-            for (uint8_t& z : offsets_) z = f.bits == 4 ? byte() & 0x0fu : byte();  // q8: any int8
-        } else if (f.offset == QuantOffset::mins) {
-            offsets_ = table(random_floats(n_tables, seed + 2, -0.2f, 0.2f), f.f16);
-        }
         host.bits = f.bits;
         host.block = f.block;
         host.padded_cols = static_cast<int32_t>(padded);
         host.offset = f.offset;
-        host.scales_f16 = f.f16;
+        host.scale_type = f.scales;
+        const bool i8 = f.scales == QuantScales::i8_of_f16;
+        // int8 multipliers are any byte; their bases keep the scales about as large as the floats'.
+        auto entries = [&](size_t n, uint32_t table_seed, float range) {
+            if (!i8) return table(random_floats(n, table_seed, -range, range), f.scales == QuantScales::f16);
+            std::vector<uint8_t> bytes(n);
+            for (uint8_t& b : bytes) b = byte();
+            return bytes;
+        };
+        const auto n_bases = static_cast<size_t>(rows * kvx::quant_base_count(host));
+        scales_ = entries(n_tables, seed + 1, 0.05f);
+        if (i8) scale_bases_ = to_f16(random_floats(n_bases, seed + 3, -0.05f / 128, 0.05f / 128));
+        if (f.offset == QuantOffset::zero_points) {
+            offsets_.resize(n_tables);
+            for (uint8_t& z : offsets_) z = f.bits == 4 ? byte() & 0x0fu : byte();  // q8: any int8
+        } else if (f.offset == QuantOffset::mins) {
+            offsets_ = entries(n_tables, seed + 2, 0.2f);
+            if (i8) min_bases_ = to_f16(random_floats(n_bases, seed + 4, -0.2f / 128, 0.2f / 128));
+        }
         device = host;
         host.q = q_.data();
         host.scales = scales_.data();
         host.offsets = offsets_.empty() ? nullptr : offsets_.data();
+        host.scale_bases = scale_bases_.empty() ? nullptr : scale_bases_.data();
+        host.min_bases = min_bases_.empty() ? nullptr : min_bases_.data();
         dq_.emplace(q_, q_offset);
         dscales_ = to_device(scales_);
         doffsets_ = to_device(offsets_);
+        dscale_bases_ = to_device(scale_bases_);
+        dmin_bases_ = to_device(min_bases_);
         device.q = dq_->data();
         device.scales = dscales_.data();
         device.offsets = offsets_.empty() ? nullptr : doffsets_.data();
+        device.scale_bases = scale_bases_.empty() ? nullptr : dscale_bases_.data();
+        device.min_bases = min_bases_.empty() ? nullptr : dmin_bases_.data();
     }
 
     QuantMatrix host, device;
@@ -89,8 +112,10 @@ private:
     }
 
     std::vector<uint8_t> q_, scales_, offsets_;
+    std::vector<uint16_t> scale_bases_, min_bases_;  // i8_of_f16
     std::optional<OffsetBuffer<uint8_t>> dq_;
     kvx::cuda::DeviceBuffer<uint8_t> dscales_, doffsets_;
+    kvx::cuda::DeviceBuffer<uint16_t> dscale_bases_, dmin_bases_;
 };
 
 std::vector<QuantForm> every_form() {
@@ -98,7 +123,8 @@ std::vector<QuantForm> every_form() {
     for (int bits : {4, 8})
         for (int block : {16, 32, 128, 256})
             for (QuantOffset offset : {QuantOffset::none, QuantOffset::zero_points, QuantOffset::mins})
-                for (bool f16 : {false, true}) forms.push_back({bits, block, offset, f16});
+                for (QuantScales scales : {QuantScales::f32, QuantScales::f16, QuantScales::i8_of_f16})
+                    forms.push_back({bits, block, offset, scales});
     return forms;
 }
 
@@ -113,7 +139,7 @@ struct GemvQuantCase {
 };
 
 void check_gemv_quant(const QuantForm& f, const GemvQuantCase& c) {
-    INFO("q" << f.bits << " block " << f.block << " offset " << offset_name(f.offset) << (f.f16 ? " fp16" : " fp32")
+    INFO("q" << f.bits << " block " << f.block << " offset " << offset_name(f.offset) << scales_name(f.scales)
               << " scales; n " << c.n << " k " << c.k << " m " << c.m << (c.with_bias ? " with bias" : "")
               << " x offset " << c.x_offset << " q offset " << c.q_offset);
     const TestQuantMatrix w(f, c.m, c.k, 7u * static_cast<uint32_t>(c.k + c.m), c.q_offset);
@@ -134,12 +160,14 @@ TEST_CASE("gemv_quant adds the bias and reads x and q off alignment as the refer
     SECTION("the scalar path when x or q is not 16-byte aligned at a vector-friendly depth") {
         for (int bits : {4, 8})
             for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins}) {
-                check_gemv_quant({bits, 16, offset, false}, {3, 96, 13, true, 1, 0});
-                check_gemv_quant({bits, 16, offset, false}, {3, 96, 13, true, 0, 1});
+                for (QuantScales scales : {QuantScales::f32, QuantScales::i8_of_f16}) {
+                    check_gemv_quant({bits, 16, offset, scales}, {3, 96, 13, true, 1, 0});
+                    check_gemv_quant({bits, 16, offset, scales}, {3, 96, 13, true, 0, 1});
+                }
             }
     }
     SECTION("bad arguments throw kvx::Error") {
-        const TestQuantMatrix w({4, 32, QuantOffset::none, false}, 8, 64, 1);
+        const TestQuantMatrix w({4, 32, QuantOffset::none, QuantScales::f32}, 8, 64, 1);
         for (int n : {0, kvx::cuda::kGemvMaxRows + 1})
             CHECK_THROWS_AS(kvx::cuda::gemv_quant(nullptr, nullptr, w.device, nullptr, n, 64, 8, nullptr), kvx::Error);
         QuantMatrix bad = w.device;
@@ -149,6 +177,9 @@ TEST_CASE("gemv_quant adds the bias and reads x and q off alignment as the refer
         bad = w.device;
         bad.bits = 2;
         CHECK_THROWS_AS(kvx::cuda::dequantize_f16(nullptr, bad, 8, 64, nullptr), kvx::Error);
+        bad = w.device;
+        bad.scale_type = QuantScales::i8_of_f16;  // without its bases
+        CHECK_THROWS_AS(kvx::cuda::gemv_quant(nullptr, nullptr, bad, nullptr, 1, 64, 8, nullptr), kvx::Error);
     }
 }
 
@@ -166,7 +197,7 @@ TEST_CASE("dequantize_f16 and dequantize_rows give dequantize_row's values bit f
             for (size_t q_offset : {size_t{0}, size_t{1}}) {
                 if (q_offset == 1 && f.block != 16) continue;  // the unaligned load, once per bits / offset / scales
                 INFO("q" << f.bits << " block " << f.block << " offset " << offset_name(f.offset)
-                          << (f.f16 ? " fp16" : " fp32") << " scales; cols " << cols << " q offset " << q_offset);
+                          << scales_name(f.scales) << " scales; cols " << cols << " q offset " << q_offset);
                 const TestQuantMatrix w(f, rows, cols, static_cast<uint32_t>(cols), q_offset);
                 std::vector<uint16_t> want_f16;
                 for (int64_t r = 0; r < rows; ++r)

@@ -16,11 +16,14 @@ namespace kvx {
 namespace {
 
 // One GGUF block decoded: its integers in element order (0..15 for a q4 target, int8 otherwise) and, per kvx
-// block inside it, the scale and the minimum as the bits of the target's float type (fp16 or fp32).
+// block inside it, the scale and the minimum as the target's table entries: fp16 bits, or for a K-quant
+// (QuantScales::i8_of_f16) the int8 multipliers of the block's fp16 bases, d and -dmin.
 struct DecodedBlock {
     int8_t q[256];
-    uint32_t scale[16];
+    uint32_t scale[16];  // fp16 bits, or an int8 in the low byte
     uint32_t min[16];
+    uint16_t scale_base;  // i8_of_f16: fp16 bits
+    uint16_t min_base;
 };
 
 using Decode = void (*)(const uint8_t* block, DecodedBlock& out);
@@ -30,7 +33,7 @@ struct Relayout {
     GgmlType type;
     int32_t bits;
     int32_t block;
-    bool scales_f16;
+    QuantScales scales;  // f16, or i8_of_f16 for the types of 256 with a base per block
     QuantOffset offset;
     Decode decode;
 };
@@ -40,12 +43,10 @@ uint16_t half_at(const uint8_t* p) {
     std::memcpy(&h, p, 2);
     return h;
 }
-float f32_of_half(const uint8_t* p) { return f16_to_f32(half_at(p)); }
-uint32_t bits_of(float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    return b;
-}
+// The fp16 at p negated (the sign bit flipped: exact), for the minimums -(dmin m) = (-dmin) m.
+uint16_t negated_half_at(const uint8_t* p) { return static_cast<uint16_t>(half_at(p) ^ 0x8000u); }
+// An int8 multiplier as a DecodedBlock entry.
+uint32_t multiplier(int v) { return static_cast<uint8_t>(static_cast<int8_t>(v)); }
 
 // ggml's non-linear 4-bit values (IQ4_NL, IQ4_XS).
 constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
@@ -119,15 +120,16 @@ void k4_scale_min(int j, const uint8_t* s, int& sc, int& m) {
 // Q5_K {fp16 d; fp16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: as Q4_K, with a fifth bit per element in qh
 // (bit 2c of qh[l] for element l of chunk c's low half, bit 2c + 1 for its high half).
 void decode_k_scaled(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, DecodedBlock& o) {
-    const float d = f32_of_half(b), dmin = f32_of_half(b + 2);
+    o.scale_base = half_at(b);
+    o.min_base = negated_half_at(b + 2);
     const uint8_t* scales = b + 4;
     for (int c = 0; c < 4; ++c) {
         for (int half = 0; half < 2; ++half) {
             const int sub = 2 * c + half;
             int sc = 0, m = 0;
             k4_scale_min(sub, scales, sc, m);
-            o.scale[sub] = bits_of(d * static_cast<float>(sc));
-            o.min[sub] = bits_of(-(dmin * static_cast<float>(m)));
+            o.scale[sub] = multiplier(sc);
+            o.min[sub] = multiplier(m);
             for (int l = 0; l < 32; ++l) {
                 int v = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0x0f;
                 if (qh) v |= ((qh[l] >> sub) & 1) << 4;
@@ -146,8 +148,8 @@ void decode_q6_k(const uint8_t* b, DecodedBlock& o) {
     const uint8_t* ql = b;
     const uint8_t* qh = b + 128;
     const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-    const float d = f32_of_half(b + 208);
-    for (int sub = 0; sub < 16; ++sub) o.scale[sub] = bits_of(d * static_cast<float>(scales[sub]));
+    o.scale_base = half_at(b + 208);
+    for (int sub = 0; sub < 16; ++sub) o.scale[sub] = multiplier(scales[sub]);
     for (int h = 0; h < 2; ++h) {
         for (int l = 0; l < 32; ++l) {
             const uint8_t* low = ql + 64 * h;
@@ -166,13 +168,13 @@ void decode_q3_k(const uint8_t* b, DecodedBlock& o) {
     const uint8_t* hmask = b;
     const uint8_t* qs = b + 32;
     const uint8_t* packed = b + 96;
-    const float d = f32_of_half(b + 108);
+    o.scale_base = half_at(b + 108);
     for (int sub = 0; sub < 16; ++sub) {
         // Sub-block j's scale: its low 4 bits in packed[j % 8] (low nibble for j < 8), its high 2 bits in
         // packed[8 + j % 4] >> 2 (j / 4).
         const int low = sub < 8 ? packed[sub] & 0x0f : packed[sub - 8] >> 4;
         const int high = (packed[8 + sub % 4] >> (2 * (sub / 4))) & 3;
-        o.scale[sub] = bits_of(d * static_cast<float>((low | (high << 4)) - 32));
+        o.scale[sub] = multiplier((low | (high << 4)) - 32);
     }
     for (int h = 0; h < 2; ++h)
         for (int s = 0; s < 8; ++s)
@@ -190,10 +192,11 @@ void decode_q3_k(const uint8_t* b, DecodedBlock& o) {
 void decode_q2_k(const uint8_t* b, DecodedBlock& o) {
     const uint8_t* scales = b;
     const uint8_t* qs = b + 16;
-    const float d = f32_of_half(b + 80), dmin = f32_of_half(b + 82);
+    o.scale_base = half_at(b + 80);
+    o.min_base = negated_half_at(b + 82);
     for (int sub = 0; sub < 16; ++sub) {
-        o.scale[sub] = bits_of(d * static_cast<float>(scales[sub] & 0x0f));
-        o.min[sub] = bits_of(-(dmin * static_cast<float>(scales[sub] >> 4)));
+        o.scale[sub] = multiplier(scales[sub] & 0x0f);
+        o.min[sub] = multiplier(scales[sub] >> 4);
     }
     for (int h = 0; h < 2; ++h)
         for (int s = 0; s < 8; ++s)
@@ -204,13 +207,13 @@ void decode_q2_k(const uint8_t* b, DecodedBlock& o) {
 // IQ4_XS {fp16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: 8 sub-blocks of 32, each a 6-bit scale (minus 32,
 // low 4 bits in scales_l, high 2 in scales_h) and 16 bytes of nibbles as IQ4_NL's.
 void decode_iq4_xs(const uint8_t* b, DecodedBlock& o) {
-    const float d = f32_of_half(b);
+    o.scale_base = half_at(b);
     const uint16_t scales_h = half_at(b + 2);
     const uint8_t* scales_l = b + 4;
     const uint8_t* qs = b + 8;
     for (int sub = 0; sub < 8; ++sub) {
         const int ls = ((scales_l[sub / 2] >> (4 * (sub % 2))) & 0x0f) | (((scales_h >> (2 * sub)) & 3) << 4);
-        o.scale[sub] = bits_of(d * static_cast<float>(ls - 32));
+        o.scale[sub] = multiplier(ls - 32);
         for (int j = 0; j < 16; ++j) {
             o.q[32 * sub + j] = kIq4Values[qs[16 * sub + j] & 0x0f];
             o.q[32 * sub + j + 16] = kIq4Values[qs[16 * sub + j] >> 4];
@@ -218,19 +221,20 @@ void decode_iq4_xs(const uint8_t* b, DecodedBlock& o) {
     }
 }
 
+constexpr QuantScales kF16 = QuantScales::f16, kI8 = QuantScales::i8_of_f16;
 constexpr Relayout kRelayouts[] = {
-    {GgmlType::q4_0, 4, 32, true, QuantOffset::none, decode_q4_0},
-    {GgmlType::q4_1, 4, 32, true, QuantOffset::mins, decode_q4_1},
-    {GgmlType::q8_0, 8, 32, true, QuantOffset::none, decode_q8_0},
-    {GgmlType::q5_0, 8, 32, true, QuantOffset::none, decode_q5_0},
-    {GgmlType::q5_1, 8, 32, true, QuantOffset::mins, decode_q5_1},
-    {GgmlType::iq4_nl, 8, 32, true, QuantOffset::none, decode_iq4_nl},
-    {GgmlType::q4_k, 4, 32, false, QuantOffset::mins, decode_q4_k},
-    {GgmlType::q5_k, 8, 32, false, QuantOffset::mins, decode_q5_k},
-    {GgmlType::q6_k, 8, 16, false, QuantOffset::none, decode_q6_k},
-    {GgmlType::q3_k, 8, 16, false, QuantOffset::none, decode_q3_k},
-    {GgmlType::q2_k, 4, 16, false, QuantOffset::mins, decode_q2_k},
-    {GgmlType::iq4_xs, 8, 32, false, QuantOffset::none, decode_iq4_xs},
+    {GgmlType::q4_0, 4, 32, kF16, QuantOffset::none, decode_q4_0},
+    {GgmlType::q4_1, 4, 32, kF16, QuantOffset::mins, decode_q4_1},
+    {GgmlType::q8_0, 8, 32, kF16, QuantOffset::none, decode_q8_0},
+    {GgmlType::q5_0, 8, 32, kF16, QuantOffset::none, decode_q5_0},
+    {GgmlType::q5_1, 8, 32, kF16, QuantOffset::mins, decode_q5_1},
+    {GgmlType::iq4_nl, 8, 32, kF16, QuantOffset::none, decode_iq4_nl},
+    {GgmlType::q4_k, 4, 32, kI8, QuantOffset::mins, decode_q4_k},
+    {GgmlType::q5_k, 8, 32, kI8, QuantOffset::mins, decode_q5_k},
+    {GgmlType::q6_k, 8, 16, kI8, QuantOffset::none, decode_q6_k},
+    {GgmlType::q3_k, 8, 16, kI8, QuantOffset::none, decode_q3_k},
+    {GgmlType::q2_k, 4, 16, kI8, QuantOffset::mins, decode_q2_k},
+    {GgmlType::iq4_xs, 8, 32, kI8, QuantOffset::none, decode_iq4_xs},
 };
 
 const Relayout* find_relayout(GgmlType type) {
@@ -245,29 +249,52 @@ size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }  // each table on it
 // that each slab is a few parallel loops' worth of work, small beside any model.
 constexpr size_t kRelayoutSlabBytes = size_t{1} << 20;
 
-// Row `from` of the tensor's blocks into row `to` of the kvx tables.
-void relayout_row(const Relayout& r, const GgmlTypeInfo& info, const uint8_t* src, int64_t cols, uint8_t* q_row,
-                  uint8_t* scales_row, uint8_t* mins_row) {
+// A DecodedBlock entry into a table of `bytes` (1: an int8 multiplier, 2: fp16 bits).
+void put_entry(uint8_t* at, uint32_t entry, size_t bytes) {
+    if (bytes == 1) {
+        *at = static_cast<uint8_t>(entry);
+        return;
+    }
+    const auto half = static_cast<uint16_t>(entry);
+    std::memcpy(at, &half, 2);
+}
+
+// The tables of a matrix in the rows layout (kernels/quant_matrix.h), or where one of its rows goes: q
+// [rows][row_bytes], scales and mins [rows][n_blocks] entries, scale_bases and min_bases [rows][cols / 256] fp16
+// (i8_of_f16). Tables a form lacks are null.
+struct RowTables {
+    uint8_t* q;
+    uint8_t* scales;
+    uint8_t* mins;
+    uint16_t* scale_bases;
+    uint16_t* min_bases;
+};
+
+// One row of the tensor's blocks into a row of the kvx tables.
+void relayout_row(const Relayout& r, const GgmlTypeInfo& info, const uint8_t* src, int64_t cols, const RowTables& to) {
     const int64_t blocks = cols / info.block_values;
     const int subs = info.block_values / r.block;
-    const size_t float_bytes = r.scales_f16 ? 2 : 4;
+    const size_t entry_bytes = quant_scale_bytes(r.scales);
     DecodedBlock d{};
     for (int64_t b = 0; b < blocks; ++b) {
         r.decode(src + b * info.block_bytes, d);
         const int64_t first = b * info.block_values;  // the block's first element in the row
         if (r.bits == 8) {
-            std::memcpy(q_row + first, d.q, static_cast<size_t>(info.block_values));
+            std::memcpy(to.q + first, d.q, static_cast<size_t>(info.block_values));
         } else {
             // kvx's q4 groups of 32: byte t holds element t (low nibble) and element t + 16 (high).
             for (int g = 0; g < info.block_values / 32; ++g)
                 for (int t = 0; t < 16; ++t)
-                    q_row[(first + 32 * g) / 2 + t] =
+                    to.q[(first + 32 * g) / 2 + t] =
                         static_cast<uint8_t>((d.q[32 * g + t] & 0x0f) | ((d.q[32 * g + t + 16] & 0x0f) << 4));
         }
         for (int s = 0; s < subs; ++s) {
-            std::memcpy(scales_row + (b * subs + s) * float_bytes, &d.scale[s], float_bytes);
-            if (mins_row) std::memcpy(mins_row + (b * subs + s) * float_bytes, &d.min[s], float_bytes);
+            put_entry(to.scales + static_cast<size_t>(b * subs + s) * entry_bytes, d.scale[s], entry_bytes);
+            if (to.mins) put_entry(to.mins + static_cast<size_t>(b * subs + s) * entry_bytes, d.min[s], entry_bytes);
         }
+        // A GGUF block of 256 is one base's elements (kQuantSuperBlock).
+        if (to.scale_bases) to.scale_bases[b] = d.scale_base;
+        if (to.min_bases) to.min_bases[b] = d.min_base;
     }
 }
 
@@ -356,53 +383,76 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     q.block = r->block;
     q.padded_cols = static_cast<int32_t>(quant_padded_cols(cols, r->block));
     q.offset = r->offset;
-    q.scales_f16 = r->scales_f16;
+    q.scale_type = r->scales;
     q.layout = QuantLayout::rows;
     // As llama.cpp rounds the activations for the type's dot products: Q8_K for the K-quants and IQ4_XS, Q8_0
     // (Q8_1 for Q4_1 and Q5_1, the same integers and scale) for the others.
     q.x_rounding = info.block_values == 256 ? QuantXRounding::ggml_k : QuantXRounding::ggml;
     m.dtype = r->bits == 4 ? WeightDtype::q4 : WeightDtype::q8;
-    // Every GGUF row is a whole number of blocks of 32 or 256, so padded_cols == cols: nothing to pad.
+    // Every GGUF row is a whole number of blocks of 32 or 256, so padded_cols == cols: nothing to pad; a type
+    // with bases has blocks of 256, one base each.
     const size_t q_row = static_cast<size_t>(q.padded_cols) * static_cast<size_t>(q.bits) / 8;
-    const size_t table_row = static_cast<size_t>(q.padded_cols / q.block) * (q.scales_f16 ? 2 : 4);
-    // Rows [first, first + n) of the tensor in the rows layout at `table` (integers, scales, minimums, each table
-    // on its own cache line), on every core, as the decode of a 3B model's blocks took 2.5 s of a 7 s load on one.
+    const size_t table_row = static_cast<size_t>(q.padded_cols / q.block) * quant_scale_bytes(q.scale_type);
+    const auto bases_row = static_cast<size_t>(q.padded_cols / kQuantSuperBlock);  // fp16 entries
+    // The rows-layout tables of n rows at `table` (integers, scales, minimums, bases, each on its own cache line).
     auto rows_bytes = [&](int64_t n) {
         const QuantTableBytes t = quant_table_bytes(q, n);
-        return round_up_64(t.q) + round_up_64(t.scales) + t.offsets;
+        return round_up_64(t.q) + round_up_64(t.scales) + round_up_64(t.offsets) + round_up_64(t.scale_bases) + t.min_bases;
     };
-    auto relayout_rows = [&](int64_t first, int64_t n, uint8_t* table) {
+    auto tables_at = [&](int64_t n, uint8_t* table) {
         const QuantTableBytes t = quant_table_bytes(q, n);
-        QuantMatrix part = q;
-        part.q = table;
         uint8_t* scales = table + round_up_64(t.q);
-        uint8_t* mins = r->offset == QuantOffset::mins ? scales + round_up_64(t.scales) : nullptr;
-        part.scales = scales;
-        part.offsets = mins;
+        uint8_t* bases = scales + round_up_64(t.scales) + round_up_64(t.offsets);
+        return RowTables{table, scales, t.offsets ? scales + round_up_64(t.scales) : nullptr,
+                         t.scale_bases ? reinterpret_cast<uint16_t*>(bases) : nullptr,
+                         t.min_bases ? reinterpret_cast<uint16_t*>(bases + round_up_64(t.scale_bases)) : nullptr};
+    };
+    auto reading = [&](const RowTables& t) {
+        QuantMatrix w = q;
+        w.q = t.q;
+        w.scales = t.scales;
+        w.offsets = t.mins;
+        w.scale_bases = t.scale_bases;
+        w.min_bases = t.min_bases;
+        return w;
+    };
+    // Rows [first, first + n) of the tensor into rows [to, to + n) of the tables t, on every core, as the decode
+    // of a 3B model's blocks took 2.5 s of a 7 s load on one. Then the file's pages of those rows go back where
+    // they lie in order (a Q/K permutation leaves them to the end): the pages of a matrix being converted stayed
+    // resident beside its copy until it was done, the load's peak.
+    auto relayout_rows = [&](int64_t first, int64_t n, const RowTables& t, int64_t to) {
+        auto offset = [&](auto* table, size_t entries, int64_t row) {
+            return table ? table + static_cast<size_t>(row) * entries : nullptr;
+        };
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
         for (int64_t row = 0; row < n; ++row)
-            relayout_row(*r, info, source_row(first + row), cols, table + static_cast<size_t>(row) * q_row,
-                         scales + static_cast<size_t>(row) * table_row,
-                         mins ? mins + static_cast<size_t>(row) * table_row : nullptr);
-        return part;
+            relayout_row(*r, info, source_row(first + row), cols,
+                         {offset(t.q, q_row, to + row), offset(t.scales, table_row, to + row), offset(t.mins, table_row, to + row),
+                          offset(t.scale_bases, bases_row, to + row), offset(t.min_bases, bases_row, to + row)});
+        if (!row_order) file.release_pages(source_row(first), static_cast<size_t>(n) * row_bytes);
     };
+    // A slab of rows at a time: kRelayoutSlabBytes of kvx's tables, whole row groups.
+    const int64_t slab_rows = std::max<int64_t>(
+        kQuantGroupRows, static_cast<int64_t>(kRelayoutSlabBytes / rows_bytes(kQuantGroupRows)) * kQuantGroupRows);
     if (quant_layout != QuantLayout::row_groups || !row_groups_fit(q)) {
-        q = relayout_rows(0, rows, arena.allocate(rows_bytes(rows)));
+        const RowTables t = tables_at(rows, arena.allocate(rows_bytes(rows)));
+        for (int64_t first = 0; first < rows; first += slab_rows) relayout_rows(first, std::min(slab_rows, rows - first), t, first);
+        q = reading(t);
     } else {
-        // Into row groups a slab of rows at a time, through a scratch of about kRelayoutSlabBytes in the rows
-        // layout: a whole matrix's scratch held a second copy of it at the load's peak (Gemma 3's 262,144-row
-        // classifier, 210 MB, was the difference between kvx's peak RSS and its steady one). Uninitialised
-        // (new[], not a vector): every byte that is read is written first.
-        const int64_t slab_rows = std::max<int64_t>(
-            kQuantGroupRows, static_cast<int64_t>(kRelayoutSlabBytes / rows_bytes(kQuantGroupRows)) * kQuantGroupRows);
+        // Into row groups through a scratch of one slab in the rows layout: a whole matrix's scratch held a second
+        // copy of it at the load's peak (Gemma 3's 262,144-row classifier, 210 MB, was the difference between
+        // kvx's peak RSS and its steady one). Uninitialised (new[], not a vector): every byte that is read is
+        // written first.
         const int64_t scratch_rows = std::min(rows, slab_rows);
         std::unique_ptr<uint64_t[]> scratch(new uint64_t[(rows_bytes(scratch_rows) + 7) / 8]);
+        const RowTables slab_tables = tables_at(scratch_rows, reinterpret_cast<uint8_t*>(scratch.get()));
+        const QuantMatrix slab = reading(slab_tables);
         uint8_t* groups = arena.allocate(row_groups_bytes(q, rows));
         for (int64_t first = 0; first < rows; first += slab_rows) {
             const int64_t n = std::min(slab_rows, rows - first);
-            const QuantMatrix slab = relayout_rows(first, n, reinterpret_cast<uint8_t*>(scratch.get()));
+            relayout_rows(first, n, slab_tables, 0);
             // The slab's groups; the last slab's also the padding groups past the last row.
             const int64_t g_end = first + n == rows ? row_group_count(rows) : (first + n) / kQuantGroupRows;
 #ifdef _OPENMP

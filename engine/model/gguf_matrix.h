@@ -4,23 +4,26 @@
 // is only where the bytes sit (kvx keeps the integers of a row together and the scales in their own table),
 // and the width of some integers:
 //
-//   GGUF type      kvx matrix                             weight                  bytes per 32 (GGUF's)
-//   Q4_0           q4, block 32, fp16 scales              d (q - 8)               18  (18)
-//   Q4_1           q4, block 32, fp16 scales and mins     d q + m                 20  (20)
-//   Q8_0           q8, block 32, fp16 scales              d q                     34  (34)
-//   Q5_0           q8, block 32, fp16 scales              d (q - 16)              34  (22)
-//   Q5_1           q8, block 32, fp16 scales and mins     d q + m                 36  (24)
-//   IQ4_NL         q8, block 32, fp16 scales              d table[q]              34  (18)
-//   Q4_K           q4, block 32, fp32 scales and mins     (d sc) q - (dmin m)     24  (18)
-//   Q5_K           q8, block 32, fp32 scales and mins     (d sc) q - (dmin m)     40  (22)
-//   Q6_K           q8, block 16, fp32 scales              (d sc) (q - 32)         40  (26.25)
-//   Q3_K           q8, block 16, fp32 scales              (d (sc - 32)) q         40  (13.75)
-//   Q2_K           q4, block 16, fp32 scales and mins     (d sc) q - (dmin m)     32  (10.5)
-//   IQ4_XS         q8, block 32, fp32 scales              (d (ls - 32)) table[q]  36  (17)
+//   GGUF type      kvx matrix                                  weight                  bytes per 32 (GGUF's)
+//   Q4_0           q4, block 32, fp16 scales                   d (q - 8)               18     (18)
+//   Q4_1           q4, block 32, fp16 scales and mins          d q + m                 20     (20)
+//   Q8_0           q8, block 32, fp16 scales                   d q                     34     (34)
+//   Q5_0           q8, block 32, fp16 scales                   d (q - 16)              34     (22)
+//   Q5_1           q8, block 32, fp16 scales and mins          d q + m                 36     (24)
+//   IQ4_NL         q8, block 32, fp16 scales                   d table[q]              34     (18)
+//   Q4_K           q4, block 32, int8 scales and mins (*)      (d sc) q + (-dmin) m    18.5   (18)
+//   Q5_K           q8, block 32, int8 scales and mins (*)      (d sc) q + (-dmin) m    34.5   (22)
+//   Q6_K           q8, block 16, int8 scales (*)               (d sc) (q - 32)         34.25  (26.25)
+//   Q3_K           q8, block 16, int8 scales (*)               (d (sc - 32)) q         34.25  (13.75)
+//   Q2_K           q4, block 16, int8 scales and mins (*)      (d sc) q + (-dmin) m    20.5   (10.5)
+//   IQ4_XS         q8, block 32, int8 scales (*)               (d (ls - 32)) table[q]  33.25  (17)
 //
-// Each scale product (a 16-bit float times an integer of at most 8 bits) is exact in fp32, so s q + m is
-// llama.cpp's d1 q - m1 bit for bit. The wider integers cost memory and read time: native kernels for the
-// 5-, 6- and sub-4-bit layouts are the follow-up that recovers it (docs/model-format.md, "GGUF files").
+// (*) QuantScales::i8_of_f16: the block's 6-, 8- or 4-bit scale (and minimum) as an int8 multiplier, and the
+// GGUF block's d (and -dmin) as the fp16 base of its 256 elements, as the file holds them. Each scale product
+// (a 16-bit float times an integer of at most 8 bits) is exact in fp32, so the kernels' base * multiplier is
+// llama.cpp's d * sc bit for bit, and s q + m its d1 q - m1. The wider integers of the 5-, 6- and sub-4-bit
+// types still cost memory and read time: native kernels for those layouts are the follow-up that recovers it
+// (docs/model-format.md, "GGUF files").
 #pragma once
 
 #include <cstdint>

@@ -90,7 +90,7 @@ public:
         m.quant.block = static_cast<int32_t>(block);
         m.quant.padded_cols = static_cast<int32_t>(padded);
         m.quant.q = file_.tensor(take(q_name), q4 ? "U8" : "I8", {rows, q.shape[1]}).data;
-        m.quant.scales_f16 = scales.dtype == "F16";
+        m.quant.scale_type = scales.dtype == "F16" ? QuantScales::f16 : QuantScales::f32;
         m.quant.x_rounding = x_rounding_;
         m.quant.scales = file_.tensor(take(scales_name), scales.dtype.c_str(), {rows, n_blocks}).data;
         m.data = m.quant.q;
@@ -221,7 +221,10 @@ std::string storage_of(const WeightMatrix& w) {
     const QuantMatrix& q = w.quant;
     const char* offset = q.offset == QuantOffset::zero_points ? ", zero points" : q.offset == QuantOffset::mins ? ", minimums" : "";
     return std::string(w.dtype == WeightDtype::q4 ? "q4" : "q8") + " block " + std::to_string(q.block) + " (" +
-           (q.scales_f16 ? "fp16" : "fp32") + " scales" + offset + ")";
+           (q.scale_type == QuantScales::f32   ? "fp32 scales"
+            : q.scale_type == QuantScales::f16 ? "fp16 scales"
+                                               : "int8 scales of fp16 bases per 256") +
+           offset + ")";
 }
 
 }  // namespace

@@ -76,12 +76,13 @@ void matmul_f16(float* out, const float* x, const uint16_t* w, int n, int k, int
 // w [m][k] in rows (the launch functions read no other layout): its tables copied as their sizes say.
 void matmul_q(float* out, const float* x, const QuantMatrix& w, int n, int k, int m) {
     Mirror d;
-    const int64_t n_blocks = w.padded_cols / w.block, table_bytes = w.scales_f16 ? 2 : 4;
+    const QuantTableBytes bytes = quant_table_bytes(w, m);
     QuantMatrix dw = w;
-    dw.q = d.in(w.q, count(m, w.padded_cols) * static_cast<size_t>(w.bits) / 8);
-    dw.scales = d.in(static_cast<const unsigned char*>(w.scales), count(m, n_blocks, table_bytes));
-    const int64_t offset_bytes = w.offset == QuantOffset::mins ? table_bytes : 1;
-    dw.offsets = d.in(static_cast<const unsigned char*>(w.offsets), count(m, n_blocks, offset_bytes));
+    dw.q = d.in(w.q, bytes.q);
+    dw.scales = d.in(static_cast<const unsigned char*>(w.scales), bytes.scales);
+    dw.offsets = d.in(static_cast<const unsigned char*>(w.offsets), bytes.offsets);
+    dw.scale_bases = d.in(w.scale_bases, bytes.scale_bases / 2);
+    dw.min_bases = d.in(w.min_bases, bytes.min_bases / 2);
     float* dout = d.in(out, count(n, m));
     kvx::cuda::gemv_quant(dout, d.in(x, count(n, k)), dw, nullptr, n, k, m, nullptr);
     d.back(out);

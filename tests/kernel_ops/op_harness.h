@@ -45,7 +45,7 @@ struct QuantForm {
     int bits = 4;
     int block = 32;
     QuantOffset offset = QuantOffset::none;
-    bool f16_scales = false;
+    QuantScales scales = QuantScales::f32;
     QuantXRounding x_rounding = QuantXRounding::onnxruntime;
     bool row_groups = false;  // copied into QuantLayout::row_groups (needs q4 block 32 or q8 block 16 or 32, offset none or mins)
 };

@@ -116,7 +116,7 @@ std::vector<double> rounded_x(const std::vector<float>& x, int n, int k, QuantXR
 // the format, within fp32 summation, which a wrong nibble, scale, zero point or block boundary far exceeds.
 Verdict check_matmul_q(const Implementation& impl, const Shape& s, uint32_t seed) {
     const QuantForm& f = s.quant;
-    RandomQuant r(s.m, s.k, f.bits, f.block, f.offset, f.f16_scales, seed);
+    RandomQuant r(s.m, s.k, f.bits, f.block, f.offset, f.scales, seed);
     r.w.x_rounding = f.x_rounding;
     std::unique_ptr<QuantRowGroups> groups = f.row_groups ? std::make_unique<QuantRowGroups>(r.w, s.m) : nullptr;
     const QuantMatrix& w = groups ? groups->matrix() : r.w;
@@ -206,7 +206,7 @@ std::string quant_label(int n, int k, int m, const QuantForm& f, const std::stri
     const char* offsets[] = {"none", "zero points", "mins"};
     return "n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m) + " q" + std::to_string(f.bits) +
            " block " + std::to_string(f.block) + " offset " + offsets[static_cast<int>(f.offset)] +
-           (f.f16_scales ? " fp16 scales" : " fp32 scales") + (f.x_rounding == QuantXRounding::ggml ? " x as ggml" : f.x_rounding == QuantXRounding::ggml_k ? " x as ggml Q8_K" : "") +
+           (f.scales == QuantScales::f32 ? " fp32 scales" : f.scales == QuantScales::f16 ? " fp16 scales" : " int8 scales of fp16 bases") + (f.x_rounding == QuantXRounding::ggml ? " x as ggml" : f.x_rounding == QuantXRounding::ggml_k ? " x as ggml Q8_K" : "") +
            (f.row_groups ? " row groups" : "") + (note.empty() ? "" : " (" + note + ")");
 }
 
@@ -216,14 +216,16 @@ std::vector<Shape> matmul_q_shapes() {
         shapes.push_back({.label = quant_label(n, k, m, f, note), .n = n, .k = k, .m = m, .quant = f});
     };
     const QuantOffset offsets[] = {QuantOffset::none, QuantOffset::zero_points, QuantOffset::mins};
+    constexpr QuantScales kF32 = QuantScales::f32, kF16 = QuantScales::f16, kI8 = QuantScales::i8_of_f16;
+    const QuantScales kScaleTypes[] = {kF32, kF16, kI8};
     // Every form the format allows, at a k that leaves a partial block.
     for (int bits : {4, 8})
         for (int block : {16, 32, 64, 128, 256})
             for (QuantOffset offset : offsets)
-                for (bool f16 : {false, true}) add(2, 300, 13, {bits, block, offset, f16});
+                for (QuantScales scales : kScaleTypes) add(2, 300, 13, {bits, block, offset, scales});
     // llama.cpp's Q8_0, Q4_0 and Q4_1, x rounded as ggml rounds it.
-    for (QuantForm f : {QuantForm{8, 32, QuantOffset::none, true}, QuantForm{4, 32, QuantOffset::none, true},
-                        QuantForm{4, 32, QuantOffset::mins, true}})
+    for (QuantForm f : {QuantForm{8, 32, QuantOffset::none, kF16}, QuantForm{4, 32, QuantOffset::none, kF16},
+                        QuantForm{4, 32, QuantOffset::mins, kF16}})
         for (int n : {1, 5})
             for (int k : {32, 100, 576}) {
                 f.x_rounding = QuantXRounding::ggml;
@@ -231,53 +233,54 @@ std::vector<Shape> matmul_q_shapes() {
             }
     // GGUF's K-quants and IQ4_XS as kvx keeps them (engine/model/gguf_matrix.h), x rounded as llama.cpp's Q8_K:
     // Q4_K, Q5_K, Q6_K / Q3_K, Q2_K, IQ4_XS; k off 256 too.
-    for (QuantForm f : {QuantForm{4, 32, QuantOffset::mins, false}, QuantForm{8, 32, QuantOffset::mins, false},
-                        QuantForm{8, 16, QuantOffset::none, false}, QuantForm{4, 16, QuantOffset::mins, false},
-                        QuantForm{8, 32, QuantOffset::none, false}})
+    for (QuantForm f : {QuantForm{4, 32, QuantOffset::mins, kI8}, QuantForm{8, 32, QuantOffset::mins, kI8},
+                        QuantForm{8, 16, QuantOffset::none, kI8}, QuantForm{4, 16, QuantOffset::mins, kI8},
+                        QuantForm{8, 32, QuantOffset::none, kI8}})
         for (int n : {1, 5})
             for (int k : {256, 300, 768}) {
                 f.x_rounding = QuantXRounding::ggml_k;
                 add(n, k, 19, f);
             }
-    add(1, 640, 1024, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k}, "Gemma 3 270M Q4_K wo");
-    add(1, 2048, 640, {8, 16, QuantOffset::none, false, QuantXRounding::ggml_k}, "Gemma 3 270M Q6_K down");
+    add(1, 640, 1024, {4, 32, QuantOffset::mins, kI8, QuantXRounding::ggml_k}, "Gemma 3 270M Q4_K wo");
+    add(1, 2048, 640, {8, 16, QuantOffset::none, kI8, QuantXRounding::ggml_k}, "Gemma 3 270M Q6_K down");
     // Awkward sizes: k off 16, 32 and 256, ragged tiles, n past kGemvMaxRows; the forms in turn.
     int turn = 0;
     for (int n : {1, 2, 3, 5, 8, 9})
         for (int k : {1, 15, 16, 17, 33, 100, 520, 1000})
             for (int m : {1, 5, 13}) {
                 ++turn;
-                add(n, k, m, {turn % 2 ? 4 : 8, turn % 3 == 0 ? 16 : 32, offsets[turn % 3], turn % 4 == 0});
+                add(n, k, m, {turn % 2 ? 4 : 8, turn % 3 == 0 ? 16 : 32, offsets[turn % 3], kScaleTypes[turn / 2 % 3]});
             }
-    // Row groups (q4 and q8, block 32, the format's zero or minimums): padded groups (m off 8), both scale
-    // types, all roundings (ggml_k: a GGUF's Q8_0 and Q4_K matrices).
+    // Row groups (q4 and q8, block 32, the format's zero or minimums): padded groups (m off 8), every scale
+    // type, all roundings (ggml_k: a GGUF's Q8_0 and Q4_K matrices).
     for (int bits : {4, 8})
         for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
             for (int n : {1, 3, 9})
                 for (int k : {33, 576})
                     for (int m : {7, 29})
-                        for (bool f16 : {false, true})
-                            add(n, k, m, {bits, 32, offset, f16, f16 ? QuantXRounding::ggml : QuantXRounding::onnxruntime, true});
-    add(5, 300, 13, {8, 32, QuantOffset::none, true, QuantXRounding::ggml_k, true});
-    add(5, 300, 13, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k, true}, "Q4_K in row groups");
+                        for (QuantScales scales : kScaleTypes)
+                            add(n, k, m, {bits, 32, offset, scales, scales == kF16 ? QuantXRounding::ggml : QuantXRounding::onnxruntime, true});
+    add(5, 300, 13, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml_k, true});
+    add(5, 300, 13, {4, 32, QuantOffset::mins, kI8, QuantXRounding::ggml_k, true}, "Q4_K in row groups");
     // x past one block of rows (quant_row_groups.inc's row_group_x_block: 32 rows at k 16384), 3 groups (the
     // AVX-512 tiles' second pair half padding); Q6_K's blocks of 16 in row groups, five groups.
-    add(40, 16384, 24, {4, 32, QuantOffset::mins, false, QuantXRounding::ggml_k, true}, "x in two blocks of rows");
-    add(9, 576, 40, {8, 16, QuantOffset::none, false, QuantXRounding::ggml_k, true}, "Q6_K in row groups");
+    add(40, 16384, 24, {4, 32, QuantOffset::mins, kI8, QuantXRounding::ggml_k, true}, "x in two blocks of rows");
+    add(9, 576, 40, {8, 16, QuantOffset::none, kI8, QuantXRounding::ggml_k, true}, "Q6_K in row groups");
     for (int n : {1, 3, 9})
         for (int k : {33, 300, 768})
             for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
-                add(n, k, 29, {8, 16, offset, false, QuantXRounding::ggml_k, true}, "q8 block 16 in row groups");
-    add(9, 576, 13, {8, 16, QuantOffset::none, true, QuantXRounding::ggml, true}, "q8 block 16, fp16 scales");
-    add(33, 640, 40, {8, 32, QuantOffset::none, true, QuantXRounding::ggml, true}, "q8 row groups, a prefill's rows");
-    add(1, 576, 576, {4, 32, QuantOffset::none, true}, "SmolLM2-135M Q4_0 decode");
-    add(1, 1536, 576, {8, 32, QuantOffset::none, true, QuantXRounding::ggml}, "SmolLM2-135M Q8_0 down");
-    add(7, 576, 1536, {4, 32, QuantOffset::mins, true}, "SmolLM2-135M Q4_1 prefill");
-    add(1, 576, 1536, {4, 32, QuantOffset::none, false, QuantXRounding::onnxruntime, true}, "SmolLM2-135M gate, row groups");
-    add(3, 576, 200, {4, 128, QuantOffset::zero_points, false}, "MatMulNBits asymmetric");
-    add(1, 640, 2048, {4, 32, QuantOffset::none, true, QuantXRounding::ggml}, "Gemma 3 270M Q4_0 gate");
-    add(1, 2048, 640, {8, 32, QuantOffset::none, true, QuantXRounding::ggml}, "Gemma 3 270M Q8_0 down");
-    add(8, 4160, 40, {4, 32, QuantOffset::none, true}, "many vectors per lane");
+                for (QuantScales scales : {kF32, kI8})
+                    add(n, k, 29, {8, 16, offset, scales, QuantXRounding::ggml_k, true}, "q8 block 16 in row groups");
+    add(9, 576, 13, {8, 16, QuantOffset::none, kF16, QuantXRounding::ggml, true}, "q8 block 16, fp16 scales");
+    add(33, 640, 40, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml, true}, "q8 row groups, a prefill's rows");
+    add(1, 576, 576, {4, 32, QuantOffset::none, kF16}, "SmolLM2-135M Q4_0 decode");
+    add(1, 1536, 576, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml}, "SmolLM2-135M Q8_0 down");
+    add(7, 576, 1536, {4, 32, QuantOffset::mins, kF16}, "SmolLM2-135M Q4_1 prefill");
+    add(1, 576, 1536, {4, 32, QuantOffset::none, kF32, QuantXRounding::onnxruntime, true}, "SmolLM2-135M gate, row groups");
+    add(3, 576, 200, {4, 128, QuantOffset::zero_points, kF32}, "MatMulNBits asymmetric");
+    add(1, 640, 2048, {4, 32, QuantOffset::none, kF16, QuantXRounding::ggml}, "Gemma 3 270M Q4_0 gate");
+    add(1, 2048, 640, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml}, "Gemma 3 270M Q8_0 down");
+    add(8, 4160, 40, {4, 32, QuantOffset::none, kF16}, "many vectors per lane");
     return shapes;
 }
 
