@@ -19,8 +19,6 @@
 namespace kvx::bench {
 namespace {
 
-// > 8x a 32 MB L3: no call finds its matrix in the cache.
-constexpr size_t kRotationBytes = size_t{256} << 20;
 
 template <class W>
 struct GemvData {
@@ -38,7 +36,7 @@ template <class W>
 GemvData<W> make_data(int k, int m, bool row_groups) {
     GemvData<W> d;
     const size_t matrix = static_cast<size_t>(k) * static_cast<size_t>(m);
-    d.copies = std::max<size_t>(1, kRotationBytes / (matrix * sizeof(W)));
+    d.copies = std::max<size_t>(1, rotation_bytes() / (matrix * sizeof(W)));
     d.matrix_elems = row_groups ? f16_row_groups_elems(m, k) : matrix;
     std::vector<W> weights(matrix);  // [m][k], the same values in every copy
     if constexpr (std::is_same_v<W, float>) {

@@ -1,7 +1,9 @@
 #include "tools/bench/support/bench_support.h"
 
 #include <omp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "kernels/f16.h"
@@ -99,6 +101,11 @@ void report_per_call(benchmark::State& state, double bytes, double flops, Produc
         state.counters[int8 ? "frac_of_peak_int8" : "frac_of_peak_fma"] =
             Counter(flops / (peak * 1e9), Counter::kIsIterationInvariantRate);
     }
+}
+
+size_t rotation_bytes() {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);  // 0 or -1 where the C library does not know
+    return std::max(size_t{256} << 20, l3 > 0 ? size_t{2} * static_cast<size_t>(l3) : 0);
 }
 
 void fill_random(std::span<float> out, uint64_t seed) {

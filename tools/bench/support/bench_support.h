@@ -57,6 +57,11 @@ enum class Products { fp32, int8 };
 // Counters for one call that moves `bytes` and computes `flops` (either may be 0: its counters are left out).
 void report_per_call(benchmark::State& state, double bytes, double flops, Products products = Products::fp32);
 
+// The bytes of a rotation of copies of a matrix, each call reading the next, that no cache holds: so that a
+// GEMV's GB/s is against DRAM, the figure a decode step lives by. 256 MiB or twice the L3, whichever is
+// larger (some servers' L3 is 480 MiB: 256 MiB copies were read from it at up to 1.15x the DRAM ceiling).
+size_t rotation_bytes();
+
 // Uniform pseudo-random values in [-1, 1), the same for the same seed, filled on every thread (gigabytes of
 // KV cache fill in a second or two rather than a minute).
 void fill_random(std::span<float> out, uint64_t seed);
