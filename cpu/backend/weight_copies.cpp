@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/row_group_copy.h"
 #include "kernels/error.h"
 #include "kernels/f16_row_groups.h"
 #include "kernels/quant_row_groups.h"
@@ -29,6 +30,39 @@ bool in_row_groups(const WeightMatrix& w, const KernelTable& kernels) {
 }
 
 size_t f16_groups_bytes(const WeightMatrix& w) { return f16_row_groups_elems(w.rows, w.cols) * sizeof(uint16_t); }
+
+// Copies rows [0, rows) of a matrix of row_bytes per row in the mapping, in pieces of about kReleasePieceBytes
+// and whole groups of group_rows rows: copy(first, end) copies rows [first, end), then release(first, end)
+// gives their pages in the mapping back, and release(0, rows) at the end those that straddled two pieces. So
+// no matrix is held whole beside its copy: copied whole, the last one (a tied classifier, 113 MB of an F32
+// SmolLM2) was held twice at the load's peak.
+template <class Copy, class Release>
+void copy_in_pieces(int64_t rows, size_t row_bytes, int64_t group_rows, Copy copy, Release release) {
+    const auto piece_groups = static_cast<int64_t>(kReleasePieceBytes / std::max<size_t>(row_bytes, 1)) / group_rows;
+    const int64_t piece_rows = std::max<int64_t>(1, piece_groups) * group_rows;
+    for (int64_t first = 0; first < rows; first += piece_rows) {
+        const int64_t end = std::min(rows, first + piece_rows);
+        copy(first, end);
+        release(first, end);
+    }
+    release(0, rows);
+}
+
+// Gives back the mapping's pages of rows [first, end) of each of w's tables (rows layout, `rows` rows).
+void release_quant_rows(const Model& model, const QuantMatrix& w, int64_t rows, int64_t first, int64_t end) {
+    const QuantTableBytes t = quant_table_bytes(w, rows);
+    auto release = [&](const void* table, size_t bytes) {
+        if (!table) return;
+        const size_t row = bytes / static_cast<size_t>(rows);
+        model.release_pages(static_cast<const uint8_t*>(table) + static_cast<size_t>(first) * row,
+                            static_cast<size_t>(end - first) * row);
+    };
+    release(w.q, t.q);
+    release(w.scales, t.scales);
+    release(w.offsets, t.offsets);
+    release(w.scale_bases, t.scale_bases);
+    release(w.min_bases, t.min_bases);
+}
 
 // The bytes of w's copy, each table on its own cache line.
 size_t copy_bytes(const WeightMatrix& w, const KernelTable& kernels) {
@@ -69,35 +103,32 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
     }
     uint8_t* at = memory_.data();
     // Copies bytes from the mapping to `at`, giving the mapping's pages back a piece at a time, and returns where
-    // the copy is. In pieces: copied whole, the last matrix (a tied classifier, 113 MB of an F32 SmolLM2) was
-    // held twice at the load's peak.
+    // the copy is.
     auto move = [&](const void* from, size_t bytes) {
         uint8_t* to = at;
-        for (size_t done = 0; done < bytes;) {
-            const size_t piece = std::min(bytes - done, kReleasePieceBytes);
-            std::memcpy(to + done, static_cast<const uint8_t*>(from) + done, piece);
-            model.release_pages(static_cast<const uint8_t*>(from) + done, piece);
-            done += piece;
-        }
-        model.release_pages(from, bytes);  // the pages that straddled two pieces
+        const auto* source = static_cast<const uint8_t*>(from);
+        copy_in_pieces(
+            static_cast<int64_t>(bytes), 1, 1,
+            [&](int64_t first, int64_t end) { std::memcpy(to + first, source + first, static_cast<size_t>(end - first)); },
+            [&](int64_t first, int64_t end) { model.release_pages(source + first, static_cast<size_t>(end - first)); });
         at += aligned(bytes);
         return to;
     };
     for (const WeightMatrix* w : matrices) {
         if (w->dtype == WeightDtype::f16 && in_row_groups(*w, kernels)) {
-            // Whole row groups a piece at a time, each piece's pages given back after it, as move does.
             auto* copy = reinterpret_cast<uint16_t*>(at);
-            const int64_t row_bytes = w->cols * 2;
-            const int64_t piece_rows = std::max<int64_t>(
-                kF16GroupRows, static_cast<int64_t>(kReleasePieceBytes) / row_bytes / kF16GroupRows * kF16GroupRows);
-            for (int64_t r = 0; r < w->rows; r += piece_rows) {
-                const int64_t n = std::min(piece_rows, w->rows - r);
-                copy_to_f16_row_groups(w->f16() + r * w->cols, n, w->cols, copy + f16_row_groups_elems(r, w->cols));
-                model.release_pages(w->f16() + r * w->cols, static_cast<size_t>(n * row_bytes));
-            }
+            const uint16_t* rows = w->f16();
+            const int64_t cols = w->cols;
+            copy_in_pieces(
+                w->rows, static_cast<size_t>(cols) * 2, kF16GroupRows,
+                [&](int64_t first, int64_t end) {
+                    copy_to_f16_row_groups(rows + first * cols, end - first, cols, copy + f16_row_groups_elems(first, cols));
+                },
+                [&](int64_t first, int64_t end) {
+                    model.release_pages(rows + first * cols, static_cast<size_t>((end - first) * cols) * 2);
+                });
             f16_groups_.emplace(w->data, copy);
             at += aligned(f16_groups_bytes(*w));
-            model.release_pages(w->data, float_bytes(*w));
             continue;
         }
         if (!w->quantized()) {
@@ -107,18 +138,12 @@ WeightCopies::WeightCopies(const Model& model, const KernelTable& kernels) {
         const QuantTableBytes t = quant_table_bytes(w->quant, w->rows);
         QuantMatrix copy = w->quant;
         if (in_row_groups(*w, kernels)) {
-            // Group by group on every core: the first touch of a model's weights.
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-            for (int64_t g = 0; g < row_group_count(w->rows); ++g) copy_row_group(w->quant, w->rows, at, g);
+            copy_in_pieces(
+                w->rows, t.total() / static_cast<size_t>(w->rows), kQuantGroupRows,
+                [&](int64_t first, int64_t end) { copy_row_groups(w->quant, w->rows, at, first, end); },
+                [&](int64_t first, int64_t end) { release_quant_rows(model, w->quant, w->rows, first, end); });
             copy = row_groups_copy_at(w->quant, w->rows, at);
             at += aligned(row_groups_bytes(w->quant, w->rows));
-            model.release_pages(w->quant.q, t.q);
-            model.release_pages(w->quant.scales, t.scales);
-            if (w->quant.offsets) model.release_pages(w->quant.offsets, t.offsets);
-            if (w->quant.scale_bases) model.release_pages(w->quant.scale_bases, t.scale_bases);
-            if (w->quant.min_bases) model.release_pages(w->quant.min_bases, t.min_bases);
         } else {
             copy.q = move(w->quant.q, t.q);
             copy.scales = move(w->quant.scales, t.scales);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "engine/model/row_group_copy.h"
 #include "engine/model/weight_matrix.h"
 #include "kernels/error.h"
 #include "kernels/f16.h"
@@ -453,12 +454,7 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
         for (int64_t first = 0; first < rows; first += slab_rows) {
             const int64_t n = std::min(slab_rows, rows - first);
             relayout_rows(first, n, slab_tables, 0);
-            // The slab's groups; the last slab's also the padding groups past the last row.
-            const int64_t g_end = first + n == rows ? row_group_count(rows) : (first + n) / kQuantGroupRows;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-            for (int64_t g = first / kQuantGroupRows; g < g_end; ++g) copy_row_group(slab, rows, groups, g, first);
+            copy_row_groups(slab, rows, groups, first, first + n);
         }
         q = row_groups_copy_at(q, rows, groups);
     }
