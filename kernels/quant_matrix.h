@@ -1,4 +1,4 @@
-// A weight matrix stored as blocks of 8- or 4-bit integers (docs/model-format.md, "Quantized matrices").
+// A weight matrix stored as blocks of 8-, 6- or 4-bit integers (docs/model-format.md, "Quantized matrices").
 //
 // Row r of a [rows][cols] matrix is padded to padded_cols (cols rounded up to a multiple of max(block, 32))
 // and cut into n_blocks = padded_cols / block blocks along the input dimension. Element j, in block
@@ -23,6 +23,12 @@
 //   q8:     [row_groups][n_blocks][block / 4 chunks][8 rows][4 bytes]: element b of row 8G + l's block at chunk b / 4,
 //           offset 4 l + b % 4, stored as q + 128 (offset binary: unsigned, with the zero at 128, as the
 //           unsigned operand of the byte multiplies wants it)
+//   q6:     (bits 6: a q8 matrix in blocks of 16 whose integers all lie in -32..31, GGUF's Q6_K, in row groups
+//           only) [row_groups][n_blocks][3 chunks][8 rows][4 bytes] of v = q + 32 (0..63): byte t of row 8G + l
+//           at offset 4 l + t of chunk c < 2 holds the low 4 bits of element 4c + t (low nibble) and of element
+//           8 + 4c + t (high nibble); byte t of chunk 2 holds the high 2 bits of element 4k + t at bits 2k, 2k + 1
+//           (k = 0..3). 12 bytes per 16 elements of a row, as the file's; the zero, 32, comes off as
+//           32 * sum_{j in b} xq[j]
 //   scales: [row_groups][n_blocks][8 rows], and the minimums (offset mins) the same
 //   bases (QuantScales::i8_of_f16): [row_groups][n_bases][8 rows], for the scales and the minimums
 #pragma once
@@ -74,13 +80,16 @@ struct QuantMatrix {
     const void* offsets = nullptr;   // [rows][n_blocks] as `offset` says (minimums of the scales' type); null for none
     const uint16_t* scale_bases = nullptr;  // [rows][n_bases] fp16 bits for i8_of_f16, else null
     const uint16_t* min_bases = nullptr;    // the same for the minimums (offset mins)
-    int32_t bits = 4;                // 4 or 8
+    int32_t bits = 4;                // 4 or 8; 6 in row groups only (q6 above)
     int32_t block = 32;              // a power of two, 16..256
     int32_t padded_cols = 0;         // cols rounded up to a multiple of max(block, 32)
     QuantOffset offset = QuantOffset::none;
     QuantScales scale_type = QuantScales::f32;
     QuantLayout layout = QuantLayout::rows;
     QuantXRounding x_rounding = QuantXRounding::onnxruntime;  // the SIMD kernels' rounding of x for this matrix
+    // q8 in blocks of 16 with int8 scales (QuantScales::i8_of_f16) and offset none whose integers all lie in
+    // -32..31 (GGUF's Q6_K): its copy in row groups is q6 (kernels/quant_row_groups.h, row_groups_bits).
+    bool six_bit_values = false;
 };
 
 constexpr int kQuantGroupRows = 8;  // rows in a row group
@@ -143,6 +152,14 @@ inline QuantTableBytes quant_table_bytes(const QuantMatrix& w, int64_t rows) {
 
 // Element j of row r's integers, 0..15 for q4, -128..127 for q8.
 inline int32_t quant_value(const QuantMatrix& w, int64_t r, int64_t j) {
+    if (w.layout == QuantLayout::row_groups && w.bits == 6) {
+        const int64_t block = (r / kQuantGroupRows) * (w.padded_cols / 16) + j / 16;
+        const int64_t e = j % 16, at = r % kQuantGroupRows * 4 + e % 4;  // the element in its block; its byte in a chunk
+        const uint8_t* chunks = w.q + block * 96;
+        const uint8_t low = chunks[e / 4 % 2 * 32 + at];
+        const int32_t high = (chunks[64 + at] >> (2 * (e / 4))) & 3;
+        return ((e < 8 ? low & 0x0f : low >> 4) | high << 4) - 32;
+    }
     if (w.layout == QuantLayout::row_groups && w.bits == 8) {
         const int64_t block = (r / kQuantGroupRows) * (w.padded_cols / w.block) + j / w.block;
         const int64_t b = j % w.block;

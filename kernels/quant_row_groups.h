@@ -33,8 +33,18 @@ inline int64_t row_group_count(int64_t rows) {
     return groups + groups % 2;
 }
 
-// The integer bytes of one block of a row group: `block` elements of 8 rows.
-inline int64_t row_group_block_bytes(const QuantMatrix& w) { return int64_t{w.block} * kQuantGroupRows * w.bits / 8; }
+// The bits of the integers of w's copy in row groups: 6 for six-bit values (q6, kernels/quant_matrix.h), else
+// w's own. q6 takes 12 bytes per 16 elements of a row where q8 takes 16, and only its one form is compiled.
+inline int32_t row_groups_bits(const QuantMatrix& w) {
+    const bool q6 = w.layout == QuantLayout::rows && w.six_bit_values && w.bits == 8 && w.block == 16 &&
+                    w.offset == QuantOffset::none && w.scale_type == QuantScales::i8_of_f16;
+    return q6 ? 6 : w.bits;
+}
+
+// The integer bytes of one block of a row group of w's copy: `block` elements of 8 rows.
+inline int64_t row_group_block_bytes(const QuantMatrix& w) {
+    return int64_t{w.block} * kQuantGroupRows * row_groups_bits(w) / 8;
+}
 
 // The tables of w's copy in row groups, one after another: the integers [row_groups][n_blocks][block_bytes],
 // the scales [row_groups][n_blocks][8] of w's scale type, as many minimums for offset mins, and for
@@ -66,6 +76,7 @@ inline size_t row_groups_bytes(const QuantMatrix& w, int64_t rows) { return row_
 inline QuantMatrix row_groups_copy_at(const QuantMatrix& w, int64_t rows, uint8_t* dst) {
     const RowGroupTables t = row_group_tables(w, rows);
     QuantMatrix copy = w;
+    copy.bits = row_groups_bits(w);
     copy.q = dst;
     uint8_t* scales = dst + t.q;
     copy.scales = scales;
@@ -90,13 +101,23 @@ inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int
     const int64_t n_bases = quant_base_count(w);
     const size_t scale_bytes = quant_scale_bytes(w.scale_type);
     const int64_t block_bytes = row_group_block_bytes(w);
+    const int64_t source_block_bytes = int64_t{w.block} * w.bits / 8;  // of a row, in rows
     const int chunks = static_cast<int>(block_bytes / 32);  // of 4 bytes per row, in a block
+    const bool q6 = copy.bits == 6;
     uint8_t* q = dst;
     auto writable = [&](const void* table) { return dst + (static_cast<const uint8_t*>(table) - copy.q); };
     // Padding rows and groups: integers at the zero (8 for q4, 128 for offset-binary q8), scale 0 and minimum 0,
     // so that they add nothing.
     const size_t group_q_bytes = t.q / groups;
-    std::memset(q + static_cast<size_t>(g) * group_q_bytes, w.bits == 8 ? 0x80 : 0x88, group_q_bytes);
+    if (q6) {  // 32 in every element: low bits 0, high bits 2
+        for (int64_t i = 0; i < n_blocks; ++i) {
+            uint8_t* block = q + static_cast<size_t>(g) * group_q_bytes + static_cast<size_t>(i * block_bytes);
+            std::memset(block, 0, 64);
+            std::memset(block + 64, 0xaa, 32);
+        }
+    } else {
+        std::memset(q + static_cast<size_t>(g) * group_q_bytes, w.bits == 8 ? 0x80 : 0x88, group_q_bytes);
+    }
     for (const auto& [table, bytes] : {std::pair{copy.scales, t.scales}, std::pair{copy.offsets, t.mins},
                                        std::pair<const void*, size_t>{copy.scale_bases, t.scale_bases},
                                        std::pair<const void*, size_t>{copy.min_bases, t.min_bases}})
@@ -109,14 +130,24 @@ inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int
     const int64_t row_end = (g + 1) * kQuantGroupRows < rows ? (g + 1) * kQuantGroupRows : rows;
     for (int64_t r = g * kQuantGroupRows; r < row_end; ++r) {
         for (int64_t i = 0; i < n_blocks; ++i) {
-            // Row r's block i: 16 (q4) or 32 (q8) bytes at the same table position as its scale, in either layout.
+            // Row r's block i: block * bits / 8 bytes at the same table position as its scale, in either layout.
             const int64_t from = quant_block_index(w, r - w_first_row, i), to = quant_block_index(copy, r, i);
-            const uint8_t* src = w.q + from * block_bytes / kQuantGroupRows;
+            const uint8_t* src = w.q + from * source_block_bytes;
             uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
-            for (int chunk = 0; chunk < chunks; ++chunk) {
-                std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
-                if (w.bits == 8)
-                    for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
+            if (q6) {
+                uint8_t v[16];  // q + 32
+                for (int e = 0; e < 16; ++e) v[e] = static_cast<uint8_t>(static_cast<int8_t>(src[e]) + 32);
+                for (int e = 0; e < 4; ++e) {  // byte e of the row's 4 in each chunk
+                    to_q[e] = static_cast<uint8_t>((v[e] & 0x0f) | (v[8 + e] & 0x0f) << 4);
+                    to_q[32 + e] = static_cast<uint8_t>((v[4 + e] & 0x0f) | (v[12 + e] & 0x0f) << 4);
+                    to_q[64 + e] = static_cast<uint8_t>(v[e] >> 4 | (v[4 + e] >> 4) << 2 | (v[8 + e] >> 4) << 4 | (v[12 + e] >> 4) << 6);
+                }
+            } else {
+                for (int chunk = 0; chunk < chunks; ++chunk) {
+                    std::memcpy(to_q + chunk * 32, src + chunk * 4, 4);
+                    if (w.bits == 8)
+                        for (int b = 0; b < 4; ++b) to_q[chunk * 32 + b] ^= 0x80;  // int8 q to q + 128
+                }
             }
             copy_entry(w.scales, copy.scales, from, to, scale_bytes);
             if (copy.offsets) copy_entry(w.offsets, copy.offsets, from, to, scale_bytes);

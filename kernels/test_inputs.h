@@ -39,7 +39,9 @@ struct RandomQuant {
 
     RandomQuant(int rows, int cols, int bits, int block, QuantOffset offset, bool f16, uint32_t seed)
         : RandomQuant(rows, cols, bits, block, offset, f16 ? QuantScales::f16 : QuantScales::f32, seed) {}
-    RandomQuant(int rows, int cols, int bits, int block, QuantOffset offset, QuantScales scale_type, uint32_t seed)
+    // six_bit_values: q8 integers in -32..31 only (QuantMatrix::six_bit_values), as GGUF's Q6_K's.
+    RandomQuant(int rows, int cols, int bits, int block, QuantOffset offset, QuantScales scale_type, uint32_t seed,
+                bool six_bit_values = false)
         : m(rows), k(cols) {
         std::mt19937 rng(seed);
         const int64_t padded = quant_padded_cols(k, block);
@@ -47,7 +49,8 @@ struct RandomQuant {
         const int64_t row_bytes = padded * bits / 8;
         q.assign(static_cast<size_t>(m * row_bytes), 0);
         values.assign(static_cast<size_t>(m * padded), 0);
-        std::uniform_int_distribution<int> value(bits == 4 ? 0 : -128, bits == 4 ? 15 : 127);
+        std::uniform_int_distribution<int> value(bits == 4 ? 0 : six_bit_values ? -32 : -128,
+                                                 bits == 4 ? 15 : six_bit_values ? 31 : 127);
         for (int64_t row = 0; row < m; ++row)
             for (int64_t j = 0; j < padded; ++j) {
                 const int v = value(rng);
@@ -82,6 +85,7 @@ struct RandomQuant {
         w.bits = bits;
         w.block = block;
         w.scale_type = scale_type;
+        w.six_bit_values = six_bit_values;
         w.offset = offset;
         const bool i8 = scale_type == QuantScales::i8_of_f16;
         const void* scale_table = i8 ? static_cast<const void*>(scales8.data())

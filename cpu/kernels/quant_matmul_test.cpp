@@ -52,24 +52,62 @@ constexpr std::pair<int, int> kRowGroupForms[] = {{4, 32}, {8, 32}, {8, 16}};
 // Every scale type (kernels/quant_matrix.h): fp32, fp16, and int8 multipliers of fp16 bases per 256.
 constexpr QuantScales kScaleTypes[] = {QuantScales::f32, QuantScales::f16, QuantScales::i8_of_f16};
 
+// r's matrix of m rows, copied into row groups of `bits`: every integer and every dequantized row as in rows.
+void check_row_groups_hold(const RandomQuant& r, int m, int k, int bits) {
+    const QuantRowGroups groups(r.w, m);
+    const QuantMatrix& g = groups.matrix();
+    REQUIRE(g.layout == QuantLayout::row_groups);
+    REQUIRE(g.bits == bits);
+    std::vector<float> row(static_cast<size_t>(k)), grouped_row(row.size());
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < r.w.padded_cols; ++j) REQUIRE(kvx::quant_value(g, i, j) == kvx::quant_value(r.w, i, j));
+        kvx::dequantize_row(r.w, i, k, row.data());
+        kvx::dequantize_row(g, i, k, grouped_row.data());
+        REQUIRE(grouped_row == row);
+    }
+}
+
 TEST_CASE("row groups hold every integer and scale where the format says", "[matmul_q][row_groups]") {
     for (auto [bits, block] : kRowGroupForms)
     for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
     for (int m : {1, 7, 8, 9, 20})
         for (int k : {1, 32, 100, 600})  // 600: three bases per row, the last for fewer than 256
-            for (QuantScales scales : kScaleTypes) {
-                const RandomQuant r(m, k, bits, block, offset, scales, static_cast<uint32_t>(m * 100 + k + bits + block));
-                const QuantRowGroups groups(r.w, m);
-                const QuantMatrix& g = groups.matrix();
-                REQUIRE(g.layout == QuantLayout::row_groups);
-                std::vector<float> row(static_cast<size_t>(k)), grouped_row(row.size());
-                for (int64_t i = 0; i < m; ++i) {
-                    for (int64_t j = 0; j < r.w.padded_cols; ++j) REQUIRE(kvx::quant_value(g, i, j) == kvx::quant_value(r.w, i, j));
-                    kvx::dequantize_row(r.w, i, k, row.data());
-                    kvx::dequantize_row(g, i, k, grouped_row.data());
-                    REQUIRE(grouped_row == row);
+            for (QuantScales scales : kScaleTypes)
+                check_row_groups_hold(RandomQuant(m, k, bits, block, offset, scales, static_cast<uint32_t>(m * 100 + k + bits + block)),
+                                      m, k, bits);
+}
+
+// GGUF's Q6_K as kvx keeps it: q8 in blocks of 16 with int8 scales and integers in -32..31, whose row groups are
+// q6 (kernels/quant_row_groups.h, row_groups_bits); Q3_K's too.
+RandomQuant six_bit_matrix(int m, int k, uint32_t seed) {
+    return RandomQuant(m, k, 8, 16, QuantOffset::none, QuantScales::i8_of_f16, seed, true);
+}
+
+TEST_CASE("q6 row groups hold every integer and scale where the format says", "[matmul_q][row_groups]") {
+    for (int m : {1, 7, 8, 9, 20})
+        for (int k : {1, 16, 100, 600}) check_row_groups_hold(six_bit_matrix(m, k, static_cast<uint32_t>(m * 100 + k)), m, k, 6);
+}
+
+// The same integers in 6 bits or 8 give the same exact block dot products, hence the same bits, alone, in a
+// prefill's rows, in blocks of rows and on 1 or 2 threads.
+TEST_CASE("matmul_q over q6 row groups gives q8 row groups' bits", "[matmul_q][row_groups][threads]") {
+    for_each_level([](const KernelTable& kernels) {
+        for (int n : {1, 3, 9, 40})
+            for (int k : {33, 576, 2048})
+                for (int threads : {1, 2}) {
+                    const ThreadCount scope(threads);
+                    const int m = 40;
+                    const RandomQuant r = six_bit_matrix(m, k, static_cast<uint32_t>(n * 7 + k));
+                    QuantMatrix q8_form = r.w;
+                    q8_form.six_bit_values = false;
+                    const QuantRowGroups q6(r.w, m), q8(q8_form, m);
+                    REQUIRE(q6.matrix().bits == 6);
+                    REQUIRE(q8.matrix().bits == 8);
+                    const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k + n));
+                    INFO("n=" << n << " k=" << k << " threads " << threads);
+                    CHECK(run_matmul_q(kernels, x, r, n, &q6.matrix()) == run_matmul_q(kernels, x, r, n, &q8.matrix()));
                 }
-            }
+    });
 }
 
 // Row groups: one exact integer per block and the same fp32 steps on every level, so the same bits.

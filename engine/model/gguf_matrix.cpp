@@ -37,6 +37,7 @@ struct Relayout {
     QuantScales scales;  // f16, or i8_of_f16 for the types of 256 with a base per block
     QuantOffset offset;
     Decode decode;
+    bool six_bit_values = false;  // every integer in -32..31: q6 in row groups (QuantMatrix::six_bit_values)
 };
 
 uint16_t half_at(const uint8_t* p) {
@@ -232,8 +233,8 @@ constexpr Relayout kRelayouts[] = {
     {GgmlType::iq4_nl, 8, 32, kF16, QuantOffset::none, decode_iq4_nl},
     {GgmlType::q4_k, 4, 32, kI8, QuantOffset::mins, decode_q4_k},
     {GgmlType::q5_k, 8, 32, kI8, QuantOffset::mins, decode_q5_k},
-    {GgmlType::q6_k, 8, 16, kI8, QuantOffset::none, decode_q6_k},
-    {GgmlType::q3_k, 8, 16, kI8, QuantOffset::none, decode_q3_k},
+    {GgmlType::q6_k, 8, 16, kI8, QuantOffset::none, decode_q6_k, true},
+    {GgmlType::q3_k, 8, 16, kI8, QuantOffset::none, decode_q3_k, true},
     {GgmlType::q2_k, 4, 16, kI8, QuantOffset::mins, decode_q2_k},
     {GgmlType::iq4_xs, 8, 32, kI8, QuantOffset::none, decode_iq4_xs},
 };
@@ -385,6 +386,7 @@ WeightMatrix gguf_weight_matrix(const GgufFile& file, const GgufTensor& tensor, 
     q.padded_cols = static_cast<int32_t>(quant_padded_cols(cols, r->block));
     q.offset = r->offset;
     q.scale_type = r->scales;
+    q.six_bit_values = r->six_bit_values;
     q.layout = QuantLayout::rows;
     // As llama.cpp rounds the activations for the type's dot products: Q8_K for the K-quants and IQ4_XS, Q8_0
     // (Q8_1 for Q4_1 and Q5_1, the same integers and scale) for the others.

@@ -13,16 +13,18 @@
 //   IQ4_NL         q8, block 32, fp16 scales                   d table[q]              34     (18)
 //   Q4_K           q4, block 32, int8 scales and mins (*)      (d sc) q + (-dmin) m    18.5   (18)
 //   Q5_K           q8, block 32, int8 scales and mins (*)      (d sc) q + (-dmin) m    34.5   (22)
-//   Q6_K           q8, block 16, int8 scales (*)               (d sc) (q - 32)         34.25  (26.25)
-//   Q3_K           q8, block 16, int8 scales (*)               (d (sc - 32)) q         34.25  (13.75)
+//   Q6_K           q8, block 16, int8 scales (*) (**)          (d sc) (q - 32)         34.25  (26.25)
+//   Q3_K           q8, block 16, int8 scales (*) (**)          (d (sc - 32)) q         34.25  (13.75)
 //   Q2_K           q4, block 16, int8 scales and mins (*)      (d sc) q + (-dmin) m    20.5   (10.5)
 //   IQ4_XS         q8, block 32, int8 scales (*)               (d (ls - 32)) table[q]  33.25  (17)
 //
+// (**) In row groups (the SIMD levels' layout) q6: 6 bits per integer, 26.25 bytes per 32 (QuantMatrix's
+// six_bit_values, kernels/quant_row_groups.h).
 // (*) QuantScales::i8_of_f16: the block's 6-, 8- or 4-bit scale (and minimum) as an int8 multiplier, and the
 // GGUF block's d (and -dmin) as the fp16 base of its 256 elements, as the file holds them. Each scale product
 // (a 16-bit float times an integer of at most 8 bits) is exact in fp32, so the kernels' base * multiplier is
-// llama.cpp's d * sc bit for bit, and s q + m its d1 q - m1. The wider integers of the 5-, 6- and sub-4-bit
-// types still cost memory and read time: native kernels for those layouts are the follow-up that recovers it
+// llama.cpp's d * sc bit for bit, and s q + m its d1 q - m1. The wider integers of the 5- and sub-4-bit types
+// still cost memory and read time: native kernels for those layouts are the follow-up that recovers it
 // (docs/model-format.md, "GGUF files").
 #pragma once
 

@@ -48,6 +48,7 @@ struct QuantForm {
     QuantScales scales = QuantScales::f32;
     QuantXRounding x_rounding = QuantXRounding::onnxruntime;
     bool row_groups = false;  // copied into QuantLayout::row_groups (needs q4 block 32 or q8 block 16 or 32, offset none or mins)
+    bool six_bit_values = false;  // q8 integers in -32..31: with block 16, int8 scales and row_groups, q6 row groups
 };
 
 // Every size any op reads; each op reads the fields its label names (op_table.cpp builds them).

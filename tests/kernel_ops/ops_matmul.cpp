@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "kernels/f16_row_groups.h"
 #include "kernels/quant_row_groups.h"
@@ -116,7 +117,7 @@ std::vector<double> rounded_x(const std::vector<float>& x, int n, int k, QuantXR
 // the format, within fp32 summation, which a wrong nibble, scale, zero point or block boundary far exceeds.
 Verdict check_matmul_q(const Implementation& impl, const Shape& s, uint32_t seed) {
     const QuantForm& f = s.quant;
-    RandomQuant r(s.m, s.k, f.bits, f.block, f.offset, f.scales, seed);
+    RandomQuant r(s.m, s.k, f.bits, f.block, f.offset, f.scales, seed, f.six_bit_values);
     r.w.x_rounding = f.x_rounding;
     std::unique_ptr<QuantRowGroups> groups = f.row_groups ? std::make_unique<QuantRowGroups>(r.w, s.m) : nullptr;
     const QuantMatrix& w = groups ? groups->matrix() : r.w;
@@ -206,7 +207,7 @@ std::string quant_label(int n, int k, int m, const QuantForm& f, const std::stri
     const char* offsets[] = {"none", "zero points", "mins"};
     return "n " + std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m) + " q" + std::to_string(f.bits) +
            " block " + std::to_string(f.block) + " offset " + offsets[static_cast<int>(f.offset)] +
-           (f.scales == QuantScales::f32 ? " fp32 scales" : f.scales == QuantScales::f16 ? " fp16 scales" : " int8 scales of fp16 bases") + (f.x_rounding == QuantXRounding::ggml ? " x as ggml" : f.x_rounding == QuantXRounding::ggml_k ? " x as ggml Q8_K" : "") +
+           (f.scales == QuantScales::f32 ? " fp32 scales" : f.scales == QuantScales::f16 ? " fp16 scales" : " int8 scales of fp16 bases") + (f.six_bit_values ? " six-bit values" : "") + (f.x_rounding == QuantXRounding::ggml ? " x as ggml" : f.x_rounding == QuantXRounding::ggml_k ? " x as ggml Q8_K" : "") +
            (f.row_groups ? " row groups" : "") + (note.empty() ? "" : " (" + note + ")");
 }
 
@@ -272,6 +273,9 @@ std::vector<Shape> matmul_q_shapes() {
                 for (QuantScales scales : {kF32, kI8})
                     add(n, k, 29, {8, 16, offset, scales, QuantXRounding::ggml_k, true}, "q8 block 16 in row groups");
     add(9, 576, 13, {8, 16, QuantOffset::none, kF16, QuantXRounding::ggml, true}, "q8 block 16, fp16 scales");
+    // Q6_K in its 6 bits (q6 row groups): groups padded, two x blocks of rows, the GEMV and a prefill's rows.
+    for (auto [n, k, m] : {std::tuple{1, 2048, 640}, std::tuple{5, 300, 13}, std::tuple{9, 768, 40}, std::tuple{40, 16384, 24}})
+        add(n, k, m, {8, 16, QuantOffset::none, kI8, QuantXRounding::ggml_k, true, true}, "Q6_K as q6 row groups");
     add(33, 640, 40, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml, true}, "q8 row groups, a prefill's rows");
     add(1, 576, 576, {4, 32, QuantOffset::none, kF16}, "SmolLM2-135M Q4_0 decode");
     add(1, 1536, 576, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml}, "SmolLM2-135M Q8_0 down");

@@ -118,7 +118,7 @@ class BlockTypes(Folder):
         rng = np.random.default_rng(11)
         rows = 2501
         tensors, expected = {}, {}
-        for kind in (T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K):
+        for kind in (T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K, T.Q3_K):  # Q6_K and Q3_K in 6 bits
             cols = 1024 if kind in (T.Q8_0, T.Q4_0, T.Q4_1) else 512
             tensors[kind.name] = (random_blocks(kind, rows, cols, rng), kind)
             expected[kind.name] = gguf.quants.dequantize(tensors[kind.name][0], kind).reshape(rows, cols)

@@ -29,14 +29,15 @@ struct QuantForm {
     int block;
     QuantOffset offset;
     QuantScales scales;
+    bool six_bit_values = false;  // q8 integers in -32..31: q6 in row groups
 };
 // llama.cpp's Q8_0 and Q4_0: symmetric blocks of 32 with fp16 scales.
 constexpr QuantForm kQ8_0{8, 32, QuantOffset::none, QuantScales::f16};
 constexpr QuantForm kQ4_0{4, 32, QuantOffset::none, QuantScales::f16};
 // Q4_K and Q6_K as kvx keeps them (engine/model/gguf_matrix.h): q4 in blocks of 32 with minimums, q8 in blocks of
-// 16, each scale an int8 multiplier of an fp16 base per 256.
+// 16 of six-bit integers (q6 in row groups), each scale an int8 multiplier of an fp16 base per 256.
 constexpr QuantForm kQ4_K{4, 32, QuantOffset::mins, QuantScales::i8_of_f16};
-constexpr QuantForm kQ6_K{8, 16, QuantOffset::none, QuantScales::i8_of_f16};
+constexpr QuantForm kQ6_K{8, 16, QuantOffset::none, QuantScales::i8_of_f16, true};
 
 struct QuantData {
     // The copies' tables, each table of every copy side by side: integers [copies][m][padded_k * bits / 8], then
@@ -70,7 +71,8 @@ struct QuantData {
         w.min_bases = reinterpret_cast<const uint16_t*>(next(b.min_bases));
         return w;
     }
-    double weight_bytes() const { return static_cast<double>(copy_bytes.total()); }
+    size_t read_bytes = 0;         // of one copy as a call reads it: its row groups' when in row groups
+    double weight_bytes() const { return static_cast<double>(read_bytes); }
     // The bytes of a table's copies, rounded up to a cache line so that the next table is aligned.
     size_t region_bytes(size_t bytes) const { return (copies * bytes + 63) / 64 * 64; }
 };
@@ -82,9 +84,12 @@ QuantData make_data(const QuantForm& f, int n, int k, int m, bool row_groups) {
     d.shape.padded_cols = static_cast<int32_t>(quant_padded_cols(k, f.block));
     d.shape.offset = f.offset;
     d.shape.scale_type = f.scales;
+    d.shape.six_bit_values = f.six_bit_values;
     d.shape.x_rounding = f.scales == QuantScales::i8_of_f16 ? QuantXRounding::ggml_k : QuantXRounding::ggml;
     d.copy_bytes = quant_table_bytes(d.shape, m);
-    d.copies = std::max<size_t>(1, rotation_bytes() / static_cast<size_t>(d.weight_bytes()));
+    // q6's row groups (Q6_K) are three quarters of its rows' q8: the rotation and the GB/s count what is read.
+    d.read_bytes = row_groups ? row_groups_bytes(d.shape, m) : d.copy_bytes.total();
+    d.copies = std::max<size_t>(1, rotation_bytes() / d.read_bytes);
     const QuantTableBytes& b = d.copy_bytes;
     d.tables = cpu::HugePageBuffer(d.region_bytes(b.q) + d.region_bytes(b.scales) + d.region_bytes(b.offsets) +
                                    d.region_bytes(b.scale_bases) + d.region_bytes(b.min_bases));
@@ -106,6 +111,10 @@ QuantData make_data(const QuantForm& f, int n, int k, int m, bool row_groups) {
         std::memcpy(base + (static_cast<const uint8_t*>(table) - d.tables.data()), halves.data(), bytes);
     };
     fill_bytes(first.q, d.copies * b.q, 7);
+    if (f.six_bit_values) {
+        uint8_t* q = base + (first.q - d.tables.data());
+        for (size_t i = 0; i < d.copies * b.q; ++i) q[i] = static_cast<uint8_t>(static_cast<int8_t>((q[i] & 63) - 32));
+    }
     const bool f16 = f.scales == QuantScales::f16;  // else int8 multipliers (fp32 scales are not benchmarked)
     auto fill_entries = [&](const void* table, size_t bytes, uint64_t seed) {
         if (f16) fill_f16(table, bytes, seed);
