@@ -220,7 +220,9 @@ std::string storage_of(const WeightMatrix& w) {
     }
     const QuantMatrix& q = w.quant;
     const char* offset = q.offset == QuantOffset::zero_points ? ", zero points" : q.offset == QuantOffset::mins ? ", minimums" : "";
-    return std::string(w.dtype == WeightDtype::q4 ? "q4" : "q8") + " block " + std::to_string(q.block) + " (" +
+    // q.bits: a GGUF's Q6_K loaded into row groups is q6 (kernels/quant_matrix.h), its dtype q8.
+    const char* integers = q.bits == 4 ? "q4" : q.bits == 6 ? "q6" : "q8";
+    return std::string(integers) + " block " + std::to_string(q.block) + " (" +
            (q.scale_type == QuantScales::f32   ? "fp32 scales"
             : q.scale_type == QuantScales::f16 ? "fp16 scales"
                                                : "int8 scales of fp16 bases per 256") +
