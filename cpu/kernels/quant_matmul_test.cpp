@@ -23,6 +23,7 @@ using kvx::QuantMatrix;
 using kvx::QuantLayout;
 using kvx::QuantOffset;
 using kvx::QuantScales;
+using kvx::QuantXRounding;
 using kvx::QuantRowGroups;
 using kvx::cpu::testing::for_each_level;
 using kvx::cpu::testing::nan_filled;
@@ -36,6 +37,7 @@ struct QuantShape {
     QuantOffset offset = QuantOffset::none;
     bool f16 = false;
     QuantScales scales = f16 ? QuantScales::f16 : QuantScales::f32;
+    QuantXRounding x_rounding = QuantXRounding::onnxruntime;
 };
 
 // matmul_q of r's matrix, or of w (r's copied into another layout) when given.
@@ -89,36 +91,43 @@ TEST_CASE("q6 row groups hold every integer and scale where the format says", "[
 }
 
 // The same integers in 6 bits or 8 give the same exact block dot products, hence the same bits, alone, in a
-// prefill's rows, in blocks of rows and on 1 or 2 threads.
+// prefill's rows, in blocks of rows and on 1 or 2 threads; x with a scale per 32 or per 256 (a sum per base:
+// quant_row_groups.inc).
 TEST_CASE("matmul_q over q6 row groups gives q8 row groups' bits", "[matmul_q][row_groups][threads]") {
     for_each_level([](const KernelTable& kernels) {
+        for (QuantXRounding rounding : {QuantXRounding::onnxruntime, QuantXRounding::ggml_k})
         for (int n : {1, 3, 9, 40})
             for (int k : {33, 576, 2048})
                 for (int threads : {1, 2}) {
                     const ThreadCount scope(threads);
                     const int m = 40;
-                    const RandomQuant r = six_bit_matrix(m, k, static_cast<uint32_t>(n * 7 + k));
+                    RandomQuant r = six_bit_matrix(m, k, static_cast<uint32_t>(n * 7 + k));
+                    r.w.x_rounding = rounding;
                     QuantMatrix q8_form = r.w;
                     q8_form.six_bit_values = false;
                     const QuantRowGroups q6(r.w, m), q8(q8_form, m);
                     REQUIRE(q6.matrix().bits == 6);
                     REQUIRE(q8.matrix().bits == 8);
                     const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k + n));
-                    INFO("n=" << n << " k=" << k << " threads " << threads);
+                    INFO("n=" << n << " k=" << k << " threads " << threads << " x rounding " << static_cast<int>(rounding));
                     CHECK(run_matmul_q(kernels, x, r, n, &q6.matrix()) == run_matmul_q(kernels, x, r, n, &q8.matrix()));
                 }
     });
 }
 
-// Row groups: one exact integer per block and the same fp32 steps on every level, so the same bits.
+// Row groups: one exact integer per block and the same fp32 steps on every level, so the same bits; for int8
+// scales also with x's scale per 256 (a sum per base).
 TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q][row_groups]") {
     for (auto [bits, block] : kRowGroupForms)
     for (QuantOffset offset : {QuantOffset::none, QuantOffset::mins})
     for (int n : {1, 3, 9})
         for (int k : {33, 576})
-            for (QuantScales scales : kScaleTypes) {
+            for (QuantScales scales : kScaleTypes)
+            for (QuantXRounding rounding : {QuantXRounding::onnxruntime, QuantXRounding::ggml_k}) {
+                if (rounding == QuantXRounding::ggml_k && scales != QuantScales::i8_of_f16) continue;
                 const int m = 29;
-                const RandomQuant r(m, k, bits, block, offset, scales, static_cast<uint32_t>(n * 7 + k + bits + block));
+                RandomQuant r(m, k, bits, block, offset, scales, static_cast<uint32_t>(n * 7 + k + bits + block));
+                r.w.x_rounding = rounding;
                 const QuantRowGroups groups(r.w, m);
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, static_cast<uint32_t>(k));
                 std::vector<float> first;
@@ -126,7 +135,7 @@ TEST_CASE("matmul_q over row groups gives every level the same bits", "[matmul_q
                     const std::vector<float> out = run_matmul_q(kernels, x, r, n, &groups.matrix());
                     if (first.empty()) first = out;
                     INFO("q" << bits << " block " << block << (offset == QuantOffset::mins ? " mins" : "") << " n=" << n << " k=" << k
-                              << " scale type " << static_cast<int>(scales));
+                              << " scale type " << static_cast<int>(scales) << " x rounding " << static_cast<int>(rounding));
                     CHECK(out == first);
                 });
             }
@@ -141,14 +150,17 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
                                  QuantShape{8, 16, QuantOffset::zero_points, false},
                                  QuantShape{4, 64, QuantOffset::mins, false},
                                  QuantShape{4, 32, QuantOffset::mins, false, QuantScales::i8_of_f16},
-                                 QuantShape{8, 16, QuantOffset::none, false, QuantScales::i8_of_f16}})
+                                 QuantShape{8, 16, QuantOffset::none, false, QuantScales::i8_of_f16},
+                                 QuantShape{8, 16, QuantOffset::none, false, QuantScales::i8_of_f16, QuantXRounding::ggml_k},
+                                 QuantShape{8, 32, QuantOffset::none, false, QuantScales::i8_of_f16, QuantXRounding::ggml_k}})
             for (int k : {33, 576, 1100}) {
                 const int n = 9, m = 131;
-                const RandomQuant r(m, k, shape.bits, shape.block, shape.offset, shape.scales, ++seed);
+                RandomQuant r(m, k, shape.bits, shape.block, shape.offset, shape.scales, ++seed);
+                r.w.x_rounding = shape.x_rounding;
                 const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, ++seed);
                 const bool fits = kvx::row_groups_fit(r.w);
                 const std::unique_ptr<QuantRowGroups> groups = fits ? std::make_unique<QuantRowGroups>(r.w, m) : nullptr;
-                for (const QuantMatrix* w : {&r.w, fits ? &groups->matrix() : nullptr}) {
+                for (const QuantMatrix* w : {static_cast<const QuantMatrix*>(&r.w), fits ? &groups->matrix() : nullptr}) {
                     if (!w) continue;
                     std::vector<float> one_thread, two_threads;
                     {
@@ -159,7 +171,8 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
                         const ThreadCount scope(2);
                         two_threads = run_matmul_q(kernels, x, r, n, w);
                     }
-                    INFO("k=" << k << " q" << shape.bits << " block " << shape.block << (w != &r.w ? " row groups" : ""));
+                    INFO("k=" << k << " q" << shape.bits << " block " << shape.block << (w != &r.w ? " row groups" : "")
+                              << " x rounding " << static_cast<int>(shape.x_rounding));
                     CHECK(one_thread == two_threads);
                     for (int row = 0; row < n; ++row) {
                         const std::vector<float> alone_x(x.begin() + int64_t{row} * k, x.begin() + int64_t{row + 1} * k);
@@ -171,23 +184,30 @@ TEST_CASE("matmul_q gives a row the same bits whatever the rows beside it and th
     });
 }
 
-// Row groups take x in blocks of rows (32 at k 16384: quant_row_groups.inc's row_group_x_block) and, on AVX-512,
-// groups two at a time: a row's bits are still its own GEMV's, on 1 and 2 threads. m 40 is 5 groups, the
-// last pair half padding (kernels/quant_row_groups.h, row_group_count).
+// Row groups take x in blocks of rows (32 at k 16384: quant_row_groups.inc's row_group_x_block) and tiles of
+// rows (QuantizedX's tiled arrays), and on AVX-512 groups two at a time: a row's bits are still its own GEMV's,
+// on 1 and 2 threads. m 40 is 5 groups, the last pair half padding (kernels/quant_row_groups.h,
+// row_group_count); n 37 leaves a last tile of fewer rows. As Q4_K, and as Q6_K (q6, a sum per base).
 TEST_CASE("matmul_q over row groups gives a row its bits in any block of rows", "[matmul_q][row_groups][threads]") {
     for_each_level([](const KernelTable& kernels) {
-        const int n = 40, k = 16384, m = 40;
-        const RandomQuant r(m, k, 4, 32, QuantOffset::mins, QuantScales::i8_of_f16, 6000);  // as Q4_K
-        const QuantRowGroups groups(r.w, m);
-        const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, 6001);
-        for (int threads : {1, 2}) {
-            const ThreadCount scope(threads);
-            const std::vector<float> all = run_matmul_q(kernels, x, r, n, &groups.matrix());
-            for (int row = 0; row < n; ++row) {
-                const std::vector<float> alone_x(x.begin() + int64_t{row} * k, x.begin() + int64_t{row + 1} * k);
-                const std::vector<float> alone = run_matmul_q(kernels, alone_x, r, 1, &groups.matrix());
-                INFO("threads " << threads << " row " << row);
-                CHECK(std::equal(alone.begin(), alone.end(), all.begin() + int64_t{row} * m));
+        const int k = 16384, m = 40;
+        RandomQuant q4k(m, k, 4, 32, QuantOffset::mins, QuantScales::i8_of_f16, 6000);
+        RandomQuant q6k = six_bit_matrix(m, k, 6002);
+        q6k.w.x_rounding = QuantXRounding::ggml_k;
+        for (const RandomQuant* r : {&q4k, &q6k}) {
+            const QuantRowGroups groups(r->w, m);
+            for (int n : {40, 37}) {
+                const std::vector<float> x = random_floats(static_cast<size_t>(n) * k, 6001);
+                for (int threads : {1, 2}) {
+                    const ThreadCount scope(threads);
+                    const std::vector<float> all = run_matmul_q(kernels, x, *r, n, &groups.matrix());
+                    for (int row = 0; row < n; ++row) {
+                        const std::vector<float> alone_x(x.begin() + int64_t{row} * k, x.begin() + int64_t{row + 1} * k);
+                        const std::vector<float> alone = run_matmul_q(kernels, alone_x, *r, 1, &groups.matrix());
+                        INFO("q" << groups.matrix().bits << " n " << n << " threads " << threads << " row " << row);
+                        CHECK(std::equal(alone.begin(), alone.end(), all.begin() + int64_t{row} * m));
+                    }
+                }
             }
         }
     });

@@ -274,8 +274,12 @@ std::vector<Shape> matmul_q_shapes() {
                     add(n, k, 29, {8, 16, offset, scales, QuantXRounding::ggml_k, true}, "q8 block 16 in row groups");
     add(9, 576, 13, {8, 16, QuantOffset::none, kF16, QuantXRounding::ggml, true}, "q8 block 16, fp16 scales");
     // Q6_K in its 6 bits (q6 row groups): groups padded, two x blocks of rows, the GEMV and a prefill's rows.
-    for (auto [n, k, m] : {std::tuple{1, 2048, 640}, std::tuple{5, 300, 13}, std::tuple{9, 768, 40}, std::tuple{40, 16384, 24}})
+    for (auto [n, k, m] : {std::tuple{1, 2048, 640}, std::tuple{5, 300, 13}, std::tuple{9, 768, 40}, std::tuple{40, 16384, 24},
+                           std::tuple{37, 16384, 24}})
         add(n, k, m, {8, 16, QuantOffset::none, kI8, QuantXRounding::ggml_k, true, true}, "Q6_K as q6 row groups");
+    // IQ4_XS as kvx keeps it (q8, block 32, int8 scales, no minimums), x per 256: a sum per base.
+    for (int n : {1, 9, 37})
+        add(n, 768, 29, {8, 32, QuantOffset::none, kI8, QuantXRounding::ggml_k, true}, "IQ4_XS in row groups");
     add(33, 640, 40, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml, true}, "q8 row groups, a prefill's rows");
     add(1, 576, 576, {4, 32, QuantOffset::none, kF16}, "SmolLM2-135M Q4_0 decode");
     add(1, 1536, 576, {8, 32, QuantOffset::none, kF16, QuantXRounding::ggml}, "SmolLM2-135M Q8_0 down");
