@@ -129,9 +129,12 @@ inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int
     };
     const int64_t row_end = (g + 1) * kQuantGroupRows < rows ? (g + 1) * kQuantGroupRows : rows;
     for (int64_t r = g * kQuantGroupRows; r < row_end; ++r) {
+        // Row r's block 0 in either layout's tables; block i is i entries on in rows, i groups of 8 in row groups
+        // (quant_block_index, without its division per block).
+        const int64_t from_row = quant_block_index(w, r - w_first_row, 0), to_row = quant_block_index(copy, r, 0);
         for (int64_t i = 0; i < n_blocks; ++i) {
             // Row r's block i: block * bits / 8 bytes at the same table position as its scale, in either layout.
-            const int64_t from = quant_block_index(w, r - w_first_row, i), to = quant_block_index(copy, r, i);
+            const int64_t from = from_row + i, to = to_row + i * kQuantGroupRows;
             const uint8_t* src = w.q + from * source_block_bytes;
             uint8_t* to_q = q + to / kQuantGroupRows * block_bytes + r % kQuantGroupRows * 4;
             if (q6) {
@@ -153,8 +156,9 @@ inline void copy_row_group(const QuantMatrix& w, int64_t rows, uint8_t* dst, int
             if (copy.offsets) copy_entry(w.offsets, copy.offsets, from, to, scale_bytes);
         }
         if (!copy.scale_bases) continue;
+        const int64_t from_base = quant_base_index(w, r - w_first_row, 0), to_base = quant_base_index(copy, r, 0);
         for (int64_t s = 0; s < n_bases; ++s) {
-            const int64_t from = quant_base_index(w, r - w_first_row, s), to = quant_base_index(copy, r, s);
+            const int64_t from = from_base + s, to = to_base + s * kQuantGroupRows;
             copy_entry(w.scale_bases, copy.scale_bases, from, to, 2);
             if (copy.min_bases) copy_entry(w.min_bases, copy.min_bases, from, to, 2);
         }
