@@ -14,7 +14,7 @@ import numpy as np
 from gguf.quants import dequantize, quantize
 from safetensors.numpy import save_file
 
-from kvx_tools.bench import kernel_summary, speed_of_light
+from kvx_tools.bench import kernel_summary, size_sweep, speed_of_light
 from kvx_tools.checkout import REPO, recorded_path
 
 
@@ -151,6 +151,58 @@ class SpeedOfLightTest(unittest.TestCase):
             self.assertEqual(speed_of_light.measure_read_bandwidth(fake), {1: 14.7, 2: 25.2})
             self.assertEqual(speed_of_light.measure_read_ceiling(fake)["loops"], {1: {"avx2": 14.7}, 2: {"avx2": 25.2}})
             self.assertAlmostEqual(speed_of_light.ceiling_tokens_per_s(25.2, 538e6), 46.84, places=2)
+
+
+class SizeSweepTest(unittest.TestCase):
+    DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 16, 320
+
+    def write(self, tmp, untied):
+        path = Path(tmp) / ("untied.gguf" if untied else "tied.gguf")
+        subprocess.run([sys.executable, "-m", "kvx_tools.bench.write_random_gguf", "-o", str(path), "--type", "q8_0",
+                        "--dim", str(self.DIM), "--hidden", str(self.HIDDEN), "--layers", str(self.LAYERS),
+                        "--heads", str(self.HEADS), "--kv-heads", str(self.KV_HEADS), "--head-dim", str(self.HEAD_DIM),
+                        "--vocab", str(self.VOCAB)] + (["--untied"] if untied else []), check=True, capture_output=True)
+        return path
+
+    def stored_bytes(self, path):
+        """{name: bytes} from each tensor's type and shape, by ggml's block sizes."""
+        out = {}
+        for t in gguf.GGUFReader(str(path)).tensors:
+            block, block_bytes = gguf.GGML_QUANT_SIZES[t.tensor_type]
+            out[t.name] = int(np.prod(t.shape)) // block * block_bytes
+        return out
+
+    def test_parameters_bytes_per_step_and_kv_of_a_tied_and_an_untied_file(self):
+        d, h, kv = self.DIM, self.HIDDEN, self.KV_HEADS * self.HEAD_DIM
+        per_layer = 2 * d * d + 2 * kv * d + 3 * h * d + 2 * d  # q, o; k, v; gate, up, down; two norms
+        with tempfile.TemporaryDirectory() as tmp:
+            for untied in (False, True):
+                with self.subTest(untied=untied):
+                    path = self.write(tmp, untied)
+                    shape = size_sweep.gguf_shape(path)
+                    embedding = self.VOCAB * d
+                    self.assertEqual(shape["parameters"], self.LAYERS * per_layer + d + embedding * (2 if untied else 1))
+                    stored = self.stored_bytes(path)
+                    # tied: the embedding is the classifier, read whole; untied: one of its rows is read
+                    expected = sum(stored.values())
+                    if untied:
+                        expected -= stored["token_embd.weight"] - stored["token_embd.weight"] // self.VOCAB
+                    self.assertEqual(shape["weight_bytes_per_step"], expected)
+                    self.assertEqual(shape["kv_elements_per_position"], self.LAYERS * 2 * kv)
+
+    def test_decode_fraction_counts_each_engines_kv_and_merge_keeps_other_rows(self):
+        shape = {"weight_bytes_per_step": 1_000_000, "kv_elements_per_position": 10}
+        row = {"file": "a", "threads": 1, "median": {"kvx": {"decode": 20.0}, "llama.cpp": {"decode": 10.0}}}
+        fractions = size_sweep.decode_fraction(row, shape, 0.1)  # 0.1 GB/s
+        mean_context = 128 + 256 / 2
+        self.assertAlmostEqual(fractions["kvx"], 20 * (1e6 + 10 * 4 * mean_context) / 1e8)
+        self.assertAlmostEqual(fractions["llama.cpp"], 10 * (1e6 + 10 * 2 * mean_context) / 1e8)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "sweep.json"
+            path.write_text(json.dumps({"rows": [{"file": "a", "threads": 1, "old": True},
+                                                 {"file": "a", "threads": 2, "old": True}]}))
+            merged = size_sweep.merge(path, [{"file": "a", "threads": 1}])
+            self.assertEqual(merged, [{"file": "a", "threads": 2, "old": True}, {"file": "a", "threads": 1}])
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "kernels/f16.h"
@@ -104,6 +105,9 @@ void report_per_call(benchmark::State& state, double bytes, double flops, Produc
 }
 
 size_t rotation_bytes() {
+    // KVX_BENCH_ROTATION_BYTES (any size, e.g. one that fits L2) shows a kernel's speed with its weights in a
+    // cache: whether a GEMV short of the DRAM ceiling is waiting for memory or for its own instructions.
+    if (const char* bytes = std::getenv("KVX_BENCH_ROTATION_BYTES")) return static_cast<size_t>(std::strtoull(bytes, nullptr, 10));
     const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);  // 0 or -1 where the C library does not know
     return std::max(size_t{256} << 20, l3 > 0 ? size_t{2} * static_cast<size_t>(l3) : 0);
 }

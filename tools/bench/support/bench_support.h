@@ -60,6 +60,7 @@ void report_per_call(benchmark::State& state, double bytes, double flops, Produc
 // The bytes of a rotation of copies of a matrix, each call reading the next, that no cache holds: so that a
 // GEMV's GB/s is against DRAM, the figure a decode step lives by. 256 MiB or twice the L3, whichever is
 // larger (some servers' L3 is 480 MiB: 256 MiB copies were read from it at up to 1.15x the DRAM ceiling).
+// $KVX_BENCH_ROTATION_BYTES overrides it (a size that fits a cache shows a kernel's speed without DRAM).
 size_t rotation_bytes();
 
 // Uniform pseudo-random values in [-1, 1), the same for the same seed, filled on every thread (gigabytes of

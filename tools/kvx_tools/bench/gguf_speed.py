@@ -54,6 +54,17 @@ def gguf_files(types, cache, work):
     return files
 
 
+def files_of(args, parser):
+    """{label: GGUF path}: --types' files (gguf_files) and every --file LABEL=PATH."""
+    files = gguf_files(args.types, args.cache, args.work)
+    for spec in args.file:
+        label, _, path = spec.partition("=")
+        if not label or not Path(path).is_file():
+            parser.error(f"--file {spec}: expected LABEL=PATH of an existing file")
+        files[label] = Path(path)
+    return files
+
+
 def prompt_source(label, gguf):
     """kvx's prompt ids for this file, at least PREFILL_PROMPT of them."""
     if label.startswith("gemma3"):
@@ -195,12 +206,7 @@ def main(argv=None):
     if "kvx" in args.engines and not args.kvx.is_file():
         parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
     try:
-        files = gguf_files(args.types, args.cache, args.work)
-        for spec in args.file:
-            label, _, path = spec.partition("=")
-            if not label or not Path(path).is_file():
-                parser.error(f"--file {spec}: expected LABEL=PATH of an existing file")
-            files[label] = Path(path)
+        files = files_of(args, parser)
         load_before = os.getloadavg()
         args.peer_build = None  # llama-bench's report of itself, set by measure_round
         rows = mem_rows(files, args) if args.mem else speed_rows(files, args)

@@ -7,6 +7,10 @@
   e2e_vs_peers.png           SmolLM2 decode and 512-token prefill tokens/s of kvx and its peers (e2e.json)
   kernel_bandwidth.png       GB/s of each kernel against its size (kernels.json, Google Benchmark's JSON);
                              skipped when the file is absent or has no GB/s counters
+  size_sweep.png             kvx / llama.cpp decode and prefill against model size, and each engine's decode
+                             as a fraction of the read ceiling (size_sweep.json, size_sweep.py)
+
+    --figures NAME ...       only these (e2e, kernels, size_sweep); all by default
 """
 import argparse
 import json
@@ -142,15 +146,57 @@ def plot_kernel_bandwidth(runs, out, read_bandwidth=None):
     return True
 
 
+def plot_size_sweep(sweep, out):
+    rows = sweep["rows"]
+    formats = sorted({r["file"].rsplit(" ", 1)[-1] for r in rows})
+    markers = dict(zip(formats, "osD^vP*X"))
+    colours = {1: "tab:blue", 2: "tab:orange"}
+    fig, (ratio_ax, ceiling_ax) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for threads in sorted({r["threads"] for r in rows}):
+        for fmt in formats:
+            points = sorted((r["parameters"], r) for r in rows if r["threads"] == threads and r["file"].endswith(fmt))
+            if not points:
+                continue
+            x = [p / 1e9 for p, _ in points]
+            medians = [r["median"] for _, r in points]
+            for kind, style in (("decode", "-"), ("prefill", "--")):
+                ratio_ax.plot(x, [m["kvx"][kind] / m["llama.cpp"][kind] for m in medians], style, marker=markers[fmt],
+                              color=colours.get(threads, "tab:green"), label=f"{kind}, {fmt}, {threads} threads")
+            for engine, style in (("kvx", "-"), ("llama.cpp", ":")):
+                ceiling_ax.plot(x, [r["decode_of_ceiling"][engine] for _, r in points], style, marker=markers[fmt],
+                                color=colours.get(threads, "tab:green"), label=f"{engine}, {fmt}, {threads} threads")
+    ratio_ax.axhline(1.0, color="grey", linewidth=0.8)
+    ratio_ax.axhline(1.3, color="grey", linewidth=0.8, linestyle="--")
+    ratio_ax.set(xscale="log", xlabel="parameters (billions)", ylabel="kvx / llama.cpp b11434 (tokens/s)",
+                 title="decode (solid) and prefill 512 (dashed)")
+    ceiling_ax.axhline(0.85, color="grey", linewidth=0.8, linestyle="--")
+    ceiling_ax.set(xscale="log", ylim=(0, 1.05), xlabel="parameters (billions)",
+                   ylabel="decode bytes per second / read ceiling", title="decode against the read ceiling")
+    for ax in (ratio_ax, ceiling_ax):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    commits = sorted({r["run"]["kvx_commit"] for r in rows})
+    fig.suptitle(f"{rows[0]['run']['machine']['cpu']}, kvx {', '.join(commits)}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+FIGURES = ("e2e", "kernels", "size_sweep")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "img")
+    parser.add_argument("--figures", nargs="+", choices=FIGURES, default=list(FIGURES))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     e2e_path, kernels_path = args.results / "e2e.json", args.results / "kernels.json"
     bandwidth = None
-    if e2e_path.exists():
+    if "e2e" not in args.figures:
+        pass
+    elif e2e_path.exists():
         e2e = json.loads(e2e_path.read_text())
         plot_decode_vs_context(e2e, args.out / "e2e_decode_vs_context.png")
         plot_vs_peers(e2e, args.out / "e2e_vs_peers.png")
@@ -158,11 +204,17 @@ def main():
         print(f"plot_benchmarks: e2e figures from {e2e_path}", file=sys.stderr)
     else:
         print(f"plot_benchmarks: no {e2e_path}, no end-to-end figures", file=sys.stderr)
-    if kernels_path.exists() and plot_kernel_bandwidth(load_runs(kernels_path)[1], args.out / "kernel_bandwidth.png",
+    if "kernels" not in args.figures:
+        pass
+    elif kernels_path.exists() and plot_kernel_bandwidth(load_runs(kernels_path)[1], args.out / "kernel_bandwidth.png",
                                                        bandwidth):
         print(f"plot_benchmarks: kernel figure from {kernels_path}", file=sys.stderr)
     else:
         print(f"plot_benchmarks: no GB/s counters in {kernels_path} (absent?), no kernel figure", file=sys.stderr)
+    sweep_path = args.results / "size_sweep.json"
+    if "size_sweep" in args.figures and sweep_path.exists():
+        plot_size_sweep(json.loads(sweep_path.read_text()), args.out / "size_sweep.png")
+        print(f"plot_benchmarks: size sweep figure from {sweep_path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
