@@ -2,7 +2,7 @@
 tokens/s, or (--mem) the wall time and peak RSS of a one-token generation.
 
     python3 -m kvx_tools.bench.gguf_speed [--types Q4_K_M ... gemma3] [--file LABEL=PATH ...] [--threads 1 2]
-        [--rounds 3] [--engines llama.cpp kvx] [--json PATH] [--mem [--mem-context 4096]]
+        [--rounds 3] [--engines llama.cpp kvx] [--json PATH] [--mem [--mem-context 4096] [--cold]]
 
 Files: SmolLM2-135M-Instruct's Q4_1 GGUF (fetch_smollm2) requantized by llama-quantize to each SmolLM2 type of
 --types (kept in --work), "gemma3", Gemma 3 270M's own Q4_K_M (fetch_gemma3), and any --file (for example
@@ -146,6 +146,16 @@ def timed_run(cmd):
     return wall, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
 
 
+def drop_page_cache():
+    """Writes back and drops the page cache, so that the next run reads its file from disk (a cold start); root
+    only."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError as e:
+        sys.exit(f"gguf_speed: --cold needs to drop the page cache (/proc/sys/vm/drop_caches, root): {e}")
+
+
 def mem_rows(files, args):
     """Load cost: one-token generations, rounds interleaving the engines; medians of wall time and peak RSS."""
     rows = []
@@ -158,6 +168,8 @@ def mem_rows(files, args):
         runs = {engine: [] for engine in args.engines}
         for _ in range(args.rounds):
             for engine in args.engines:
+                if args.cold:
+                    drop_page_cache()
                 runs[engine].append(timed_run(commands[engine]))
         rows.append({"file": label, "threads": threads, "command": {e: commands[e][0].rsplit("/", 1)[-1]
                                                                     for e in args.engines},
@@ -188,6 +200,8 @@ def main(argv=None):
     parser.add_argument("--context", type=int, default=0,
                         help="measure at this long context instead (decode after it, prefill a prompt of it)")
     parser.add_argument("--mem", action="store_true", help="wall time and peak RSS of a one-token generation")
+    parser.add_argument("--cold", action="store_true",
+                        help="--mem: drop the page cache before each run (a cold start; root only)")
     parser.add_argument("--mem-context", type=int, default=4096,
                         help="--mem: the context both engines size their KV cache for (llama.cpp -c, kvx -c)")
     parser.add_argument("--kvx", type=Path, default=REPO / "build" / "bin" / "kvx")
@@ -202,6 +216,8 @@ def main(argv=None):
         parser.error("--context must be positive, and is not for --mem")
     if args.mem_context < 1:
         parser.error("--mem-context must be positive")
+    if args.cold and not args.mem:
+        parser.error("--cold is for --mem")
     args.engines = [e for e in ENGINES if e in args.engines]  # llama.cpp first, whatever the order given
     if "kvx" in args.engines and not args.kvx.is_file():
         parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
@@ -218,7 +234,7 @@ def main(argv=None):
     if args.json:
         result = {"machine": machine_info(load_before), "engines": args.engines,
                   "llamacpp_build": args.peer_build,
-                  "kind": "mem" if args.mem else "speed", "context": args.context,
+                  "kind": "mem" if args.mem else "speed", "context": args.context, "cold": args.cold,
                   "mem_context": args.mem_context if args.mem else None, "rows": rows}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
