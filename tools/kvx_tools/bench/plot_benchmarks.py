@@ -172,7 +172,10 @@ def plot_size_sweep(sweep, out):
     ceiling_ax.axhline(0.85, color="grey", linewidth=0.8, linestyle="--")
     ceiling_ax.set(xscale="log", ylim=(0, 1.05), xlabel="parameters (billions)",
                    ylabel="decode bytes per second / read ceiling", title="decode against the read ceiling")
+    sizes = sorted({r["parameters"] / 1e9 for r in rows})
     for ax in (ratio_ax, ceiling_ax):
+        ax.set_xticks(sizes, [f"{s:.2g}" for s in sizes], minor=False)
+        ax.set_xticks([], minor=True)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6, ncol=2)
     commits = sorted({r["run"]["kvx_commit"] for r in rows})
