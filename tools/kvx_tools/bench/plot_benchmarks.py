@@ -197,23 +197,21 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     e2e_path, kernels_path = args.results / "e2e.json", args.results / "kernels.json"
     bandwidth = None
-    if "e2e" not in args.figures:
-        pass
-    elif e2e_path.exists():
-        e2e = json.loads(e2e_path.read_text())
-        plot_decode_vs_context(e2e, args.out / "e2e_decode_vs_context.png")
-        plot_vs_peers(e2e, args.out / "e2e_vs_peers.png")
-        bandwidth = e2e["read_bandwidth_gb_s"]["before"]
-        print(f"plot_benchmarks: e2e figures from {e2e_path}", file=sys.stderr)
-    else:
-        print(f"plot_benchmarks: no {e2e_path}, no end-to-end figures", file=sys.stderr)
-    if "kernels" not in args.figures:
-        pass
-    elif kernels_path.exists() and plot_kernel_bandwidth(load_runs(kernels_path)[1], args.out / "kernel_bandwidth.png",
-                                                       bandwidth):
-        print(f"plot_benchmarks: kernel figure from {kernels_path}", file=sys.stderr)
-    else:
-        print(f"plot_benchmarks: no GB/s counters in {kernels_path} (absent?), no kernel figure", file=sys.stderr)
+    if "e2e" in args.figures:
+        if e2e_path.exists():
+            e2e = json.loads(e2e_path.read_text())
+            plot_decode_vs_context(e2e, args.out / "e2e_decode_vs_context.png")
+            plot_vs_peers(e2e, args.out / "e2e_vs_peers.png")
+            bandwidth = e2e["read_bandwidth_gb_s"]["before"]
+            print(f"plot_benchmarks: e2e figures from {e2e_path}", file=sys.stderr)
+        else:
+            print(f"plot_benchmarks: no {e2e_path}, no end-to-end figures", file=sys.stderr)
+    if "kernels" in args.figures:
+        if kernels_path.exists() and plot_kernel_bandwidth(load_runs(kernels_path)[1], args.out / "kernel_bandwidth.png",
+                                                           bandwidth):
+            print(f"plot_benchmarks: kernel figure from {kernels_path}", file=sys.stderr)
+        else:
+            print(f"plot_benchmarks: no GB/s counters in {kernels_path} (absent?), no kernel figure", file=sys.stderr)
     sweep_path = args.results / "size_sweep.json"
     if "size_sweep" in args.figures and sweep_path.exists():
         plot_size_sweep(json.loads(sweep_path.read_text()), args.out / "size_sweep.png")

@@ -30,7 +30,7 @@ from . import llamacpp_peer
 from .gguf_speed import GEMMA3, SMOLLM2_TYPES, files_of, speed_rows
 from .llamacpp_peer import DECODE_CONTEXT, DECODE_NEW
 from .e2e_speed import machine_info, versions
-from .speed_of_light import measure_read_ceiling
+from .speed_of_light import gguf_weight_bytes_per_token, measure_read_ceiling
 
 KV_BYTES = {"kvx": 4, "llama.cpp": 2}  # per element: kvx's default fp32 KV cache, llama-bench's fp16 one
 
@@ -39,13 +39,7 @@ def gguf_shape(gguf_path):
     """{parameters, weight_bytes_per_step, kv_elements_per_position} of a GGUF file."""
     from ..export.gguf_reader import FastGGUFReader
     reader = FastGGUFReader(str(gguf_path))
-    tensors = {t.name: t for t in reader.tensors}
-    parameters = sum(int(t.n_elements) for t in tensors.values())
-    weight_bytes = sum(int(t.n_bytes) for t in tensors.values())
-    embedding = tensors.get("token_embd.weight")
-    if embedding is not None and "output.weight" in tensors:  # untied: a step reads one row of the embedding
-        rows = int(embedding.shape[-1])  # gguf lists the fastest dimension first
-        weight_bytes -= int(embedding.n_bytes) - int(embedding.n_bytes) // rows
+    parameters = sum(int(t.n_elements) for t in reader.tensors)
     arch = reader.fields["general.architecture"].contents()
 
     def number(key):
@@ -54,7 +48,8 @@ def gguf_shape(gguf_path):
     head_dim = (number("attention.key_length") if f"{arch}.attention.key_length" in reader.fields
                 else number("embedding_length") // heads)
     kv_elements = number("block_count") * 2 * kv_heads * head_dim
-    return {"parameters": parameters, "weight_bytes_per_step": weight_bytes, "kv_elements_per_position": kv_elements}
+    return {"parameters": parameters, "weight_bytes_per_step": gguf_weight_bytes_per_token(gguf_path),
+            "kv_elements_per_position": kv_elements}
 
 
 def decode_fraction(row, shape, ceiling_gb_s):
@@ -117,11 +112,10 @@ def main(argv=None):
         after = measure_read_ceiling(args.read_bandwidth)["gb_s"]
     except (llamacpp_peer.PeerError, FetchError, OSError, subprocess.CalledProcessError) as e:
         sys.exit(f"size_sweep: {e}")
-    paths = dict(files)
     run = {"machine": machine_info(load_before), "kvx_commit": versions()["kvx_commit"],
            "peer_build": getattr(args, "peer_build", None)}  # measure_round notes llama-bench's build
     for row in rows:
-        shape = gguf_shape(paths[row["file"]])
+        shape = gguf_shape(files[row["file"]])
         ceiling = max(before[row["threads"]], after[row["threads"]])
         row.update(shape, run=run, ceiling_gb_s=ceiling, ceiling_runs_gb_s=[before[row["threads"]], after[row["threads"]]],
                    decode_of_ceiling=decode_fraction(row, shape, ceiling))

@@ -9,7 +9,7 @@ Bytes read per decoded token, from a kvx model directory (config.json and the sa
   KV:      n_layers * 2 (K and V) * n_kv_heads * head_dim * bytes per element, per token of context; a
            decode of n tokens after a prompt of p reads on average p + n / 2 positions.
 A peer's quantized GGUF (llama.cpp's Q4_K_M) reads its own tensor bytes instead (gguf_weight_bytes_per_token):
-every tensor's stored size, a tied token embedding once, as the classifier.
+every tensor's stored size, a tied token embedding once, as the classifier, an untied one a row.
 The read bandwidth is kvx_read_bandwidth's best streaming read of a buffer far larger than the caches (1 GiB
 or 8x L3), the best pass of the best of several read loops (plain AVX2, AVX2 with prefetch, AVX-512): no one
 loop is fastest on every CPU, and a ceiling below what an engine achieves is a wrong ceiling (issue 14).
@@ -58,10 +58,17 @@ def weight_bytes_per_token(model_dir):
 
 @functools.lru_cache(maxsize=None)  # read once per run: every round's records ask again, and the file is large
 def gguf_weight_bytes_per_token(gguf_path):
-    """Stored bytes of every tensor of a GGUF file (the gguf package): what llama.cpp reads per decoded token
-    when the classifier is the (tied) embedding, as in Gemma 3; an untied embedding would count once too much."""
+    """Stored bytes of every tensor of a GGUF file (the gguf package): what llama.cpp reads per decoded token.
+    A tied embedding (Gemma 3) is the classifier, read whole; an untied one (an output.weight of its own, as
+    Llama 3.1 8B) is read one row per token."""
     from ..export.gguf_reader import FastGGUFReader
-    return sum(int(t.n_bytes) for t in FastGGUFReader(str(gguf_path)).tensors)
+    tensors = {t.name: t for t in FastGGUFReader(str(gguf_path)).tensors}
+    total = sum(int(t.n_bytes) for t in tensors.values())
+    embedding = tensors.get("token_embd.weight")
+    if embedding is not None and "output.weight" in tensors:
+        rows = int(embedding.shape[-1])  # gguf lists the fastest dimension first
+        total -= int(embedding.n_bytes) - int(embedding.n_bytes) // rows
+    return total
 
 
 def kv_bytes_per_position(model_dir, kv_dtype="f32"):
