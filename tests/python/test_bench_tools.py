@@ -1,12 +1,14 @@
 """The end-to-end benchmark's own arithmetic and files (kvx_tools.bench), on tiny inputs made here:
-write_gguf.py's F32/F16 rewrite of a quantized GGUF, speed_of_light.py's bytes per decoded token, and the
-paths a result file records (kvx_tools.checkout.recorded_path)."""
+write_gguf.py's F32/F16 rewrite of a quantized GGUF, speed_of_light.py's bytes per decoded token, the
+paths a result file records (kvx_tools.checkout.recorded_path), and how gguf_speed drives ik_llama.cpp."""
 import json
+import os
 import stat
 import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 
 import gguf
@@ -14,7 +16,8 @@ import numpy as np
 from gguf.quants import dequantize, quantize
 from safetensors.numpy import save_file
 
-from kvx_tools.bench import kernel_summary, size_sweep, speed_of_light
+from kvx_tools.bench import gguf_speed, kernel_summary, size_sweep, speed_of_light
+from kvx_tools.bench.e2e_engines import IkLlamaCpp
 from kvx_tools.checkout import REPO, recorded_path
 
 
@@ -203,6 +206,92 @@ class SizeSweepTest(unittest.TestCase):
                                                  {"file": "a", "threads": 2, "old": True}]}))
             merged = size_sweep.merge(path, [{"file": "a", "threads": 1}])
             self.assertEqual(merged, [{"file": "a", "threads": 2, "old": True}, {"file": "a", "threads": 1}])
+
+
+# A stand-in for ik-llama-cpp-python: what run_ik_llamacpp calls of its ctypes layer, with logits whose argmax
+# is the last token + 1, so that a greedy run's ids show that each step fed the previous pick back at the next
+# position, and positions that do not follow on are an error.
+FAKE_CTYPES_API = """
+import ctypes, types
+_logits = (ctypes.c_float * 8)()
+_next = [0]
+def llama_context_default_params():
+    return types.SimpleNamespace(n_ctx=0, n_batch=0, n_ubatch=0, n_threads=0, n_threads_batch=0)
+def llama_init_from_model(model, params):
+    return "ctx" if params.n_ctx > 0 and params.n_threads > 0 else None
+def llama_batch_init(n, embd, seqs):
+    return types.SimpleNamespace(n_tokens=0, token=[0] * n, pos=[0] * n, n_seq_id=[0] * n,
+                                 seq_id=[[0] for _ in range(n)], logits=[0] * n)
+def llama_batch_free(batch):
+    pass
+def llama_decode(ctx, batch):
+    if batch.pos[0] != _next[0]:
+        return 1
+    _next[0] = batch.pos[batch.n_tokens - 1] + 1
+    for j in range(8):
+        _logits[j] = 1.0 if j == (batch.token[batch.n_tokens - 1] + 1) % 8 else 0.0
+    return 0
+def llama_get_logits_ith(ctx, i):
+    return _logits
+def llama_free(ctx):
+    pass
+"""
+FAKE_INTERNALS = """
+class IkModel:
+    def __init__(self, path):
+        if path != "model.gguf":
+            raise RuntimeError("Failed to load model: " + path)
+        self.model, self.n_vocab = "model", 8
+"""
+
+
+class IkLlamaCppTest(unittest.TestCase):
+    def run_fake(self, model):
+        with tempfile.TemporaryDirectory() as tmp:
+            package = Path(tmp) / "ik_llama_cpp"
+            package.mkdir()
+            (package / "__init__.py").write_text("")
+            (package / "_ctypes_api.py").write_text(FAKE_CTYPES_API)
+            (package / "_internals.py").write_text(FAKE_INTERNALS)
+            peer = IkLlamaCpp("gguf", 1, model, sys.executable)
+            with unittest.mock.patch.dict(os.environ, {"PYTHONPATH": tmp}):
+                return subprocess.run(peer.command([3, 5], 4), capture_output=True, text=True, env=peer.environment())
+
+    def test_runner_prefills_then_feeds_back_each_pick_at_the_next_position(self):
+        proc = self.run_fake("model.gguf")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        result = IkLlamaCpp("gguf", 1, "model.gguf", sys.executable).parse(proc.stdout, proc.stderr, 4)
+        self.assertEqual(result.ids, [3, 5, 6, 7, 0, 1])
+        self.assertGreater(result.decode_tokens_per_s, 0)
+
+    def test_a_model_it_cannot_load_is_a_one_line_error(self):
+        proc = self.run_fake("missing.gguf")
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.strip(), "run_ik_llamacpp: Failed to load model: missing.gguf")
+
+    def test_runner_without_the_package_is_a_one_line_error(self):
+        proc = subprocess.run([sys.executable, "-m", "kvx_tools.bench.run_ik_llamacpp", "m.gguf", "--tokens", "1",
+                               "-n", "1", "-t", "1"], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("setup_ik_llamacpp.sh", proc.stderr.strip().splitlines()[-1])
+
+    def test_table_gives_kvx_against_each_peer(self):
+        row = {"file": "f", "threads": 1, "median": {"llama.cpp": {"decode": 10.0, "prefill": 100.0},
+                                                     "ik_llama.cpp": {"decode": 20.0, "prefill": 400.0},
+                                                     "kvx": {"decode": 30.0, "prefill": 200.0}}}
+        table = gguf_speed.speed_table([row], gguf_speed.ENGINES).splitlines()
+        head = [c.strip() for c in table[0].strip("|").split("|")]
+        cells = dict(zip(head, (c.strip() for c in table[2].strip("|").split("|"))))
+        self.assertEqual(cells["kvx/llama.cpp decode"], "3.00")
+        self.assertEqual(cells["kvx/ik_llama.cpp decode"], "1.50")
+        self.assertEqual(cells["kvx/ik_llama.cpp prefill"], "0.50")
+
+    def test_missing_ik_python_or_a_long_context_is_refused(self):
+        for extra in (["--ik-python", "/nonexistent/python"], ["--ik-python", sys.executable, "--context", "2048"]):
+            with self.subTest(extra=extra), self.assertRaises(SystemExit) as raised:
+                with unittest.mock.patch("sys.stderr"):
+                    gguf_speed.main(["--types", "--engines", "ik_llama.cpp", "kvx", "--kvx", sys.executable] + extra)
+            self.assertEqual(raised.exception.code, 2)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 KVX_PREFILL = re.compile(r"prompt (\d+) tokens, prefill [0-9.]+ ms \(([0-9.]+) tokens/s\)")
 KVX_DECODE = re.compile(r"generated (\d+) tokens, (\d+) decode steps in [0-9.]+ ms \(([0-9.]+) tokens/s\)")
@@ -85,10 +86,18 @@ class Kvx(Engine):
 class PythonPeer(Engine):
     """A peer driven by one of the run_* modules beside this one, which print one JSON line."""
     module = ""
+    python = sys.executable  # the interpreter whose packages hold the peer
+    module_options = ()
 
     def command(self, prompt, n_new):
-        return [sys.executable, "-m", self.module, self.model, "--tokens", id_list(prompt),
-                "-n", str(n_new), "-t", str(self.threads)]
+        return [str(self.python), "-m", self.module, self.model, "--tokens", id_list(prompt),
+                "-n", str(n_new), "-t", str(self.threads), *self.module_options]
+
+    def environment(self):
+        # The runner is imported from this checkout's tools/, whichever interpreter runs it.
+        tools = str(Path(__file__).resolve().parents[2])
+        path = os.environ.get("PYTHONPATH")
+        return {**super().environment(), "PYTHONPATH": tools + (os.pathsep + path if path else "")}
 
     def parse(self, stdout, stderr, n_new):
         result = json.loads(stdout.strip().splitlines()[-1])
@@ -101,6 +110,16 @@ class LlamaCpp(PythonPeer):
 
     def __init__(self, precision, threads, gguf):
         super().__init__("llama.cpp", precision, threads, gguf)
+
+
+class IkLlamaCpp(PythonPeer):
+    """ik_llama.cpp through PyPI's ik-llama-cpp-python, installed in a virtual environment of its own (its
+    package would shadow llama-cpp-python's shared libraries in one environment): python is that venv's."""
+    module = "kvx_tools.bench.run_ik_llamacpp"
+
+    def __init__(self, precision, threads, gguf, python):
+        super().__init__("ik_llama.cpp", precision, threads, gguf)
+        self.python = python
 
 
 class OrtGenai(PythonPeer):

@@ -2,7 +2,7 @@
 tokens/s, or (--mem) the wall time and peak RSS of a one-token generation.
 
     python3 -m kvx_tools.bench.gguf_speed [--types Q4_K_M ... gemma3] [--file LABEL=PATH ...] [--threads 1 2]
-        [--rounds 3] [--engines llama.cpp kvx] [--json PATH] [--mem [--mem-context 4096] [--cold]]
+        [--rounds 3] [--engines llama.cpp ik_llama.cpp kvx] [--json PATH] [--mem [--mem-context 4096] [--cold]]
 
 Files: SmolLM2-135M-Instruct's Q4_1 GGUF (fetch_smollm2) requantized by llama-quantize to each SmolLM2 type of
 --types (kept in --work), "gemma3", Gemma 3 270M's own Q4_K_M (fetch_gemma3), and any --file (for example
@@ -17,6 +17,11 @@ large takes them); for Gemma 3, llama-tokenize's ids of
 testdata/text/harbour_town.txt. For each file and thread count, every round runs each engine once, one after
 the other, so that all see the same machine; the table gives the medians over the rounds and kvx / llama.cpp.
 llama-bench runs its own warm-up before each measurement; kvx runs once unwarmed per round.
+
+ik_llama.cpp (--engines ... ik_llama.cpp): PyPI's ik-llama-cpp-python wheel, in a virtual environment of its
+own (--ik-python, its interpreter; scripts/setup_ik_llamacpp.sh makes it), runs kvx's two workloads through
+run_ik_llamacpp.py (the prompt's ids in batches of 512, then one token per call; the fork's defaults, flash
+attention and an fp16 KV cache). Not with --context or --mem.
 """
 import argparse
 import json
@@ -32,13 +37,14 @@ from ..checkout import REPO, recorded_path
 from ..export.fetch_gemma3 import fetch_gemma3
 from ..export.fetch_smollm2 import FetchError, default_cache, fetch_smollm2
 from . import llamacpp_peer
-from .e2e_engines import Kvx
+from .e2e_engines import IkLlamaCpp, Kvx
 from .e2e_speed import machine_info
 from .llamacpp_peer import DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT
 
 SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS", "F16", "F32"]
 GEMMA3 = "gemma3"
-ENGINES = ["llama.cpp", "kvx"]
+ENGINES = ["llama.cpp", "ik_llama.cpp", "kvx"]  # the order of the table's columns
+PEERS = ["llama.cpp", "ik_llama.cpp"]
 
 
 def gguf_files(types, cache, work):
@@ -83,6 +89,10 @@ def measure_round(engine, gguf, threads, ids, args):
                    for kind in ("decode", "prefill")}
         args.peer_build = {"number": results["decode"].build_number, "commit": results["decode"].build_commit}
         return {kind: result.tokens_per_s for kind, result in results.items()}
+    if engine == "ik_llama.cpp":
+        peer = IkLlamaCpp("gguf", threads, str(gguf), args.ik_python)
+        return {"decode": peer.run(ids[:DECODE_CONTEXT], DECODE_NEW).decode_tokens_per_s,
+                "prefill": peer.run(ids[:PREFILL_PROMPT], 1).prefill_tokens_per_s}
     if args.context:
         ids = (ids * (args.context // len(ids) + 1))[:args.context]
         kvx = Kvx(args.kvx, "gguf", threads, str(gguf), ["--kv-dtype", "f16"])
@@ -95,7 +105,7 @@ def measure_round(engine, gguf, threads, ids, args):
 def speed_rows(files, args):
     rows = []
     for label, gguf in files.items():
-        ids = prompt_source(label, gguf) if "kvx" in args.engines else []
+        ids = prompt_source(label, gguf) if set(args.engines) - {"llama.cpp"} else []
         for threads in args.threads:
             runs = {engine: {"decode": [], "prefill": []} for engine in args.engines}
             for round_index in range(args.rounds):
@@ -109,24 +119,23 @@ def speed_rows(files, args):
     return rows
 
 
-def ratio(row, kind):
+def ratio(row, kind, peer="llama.cpp"):
     medians = row["median"]
-    if "kvx" not in medians or "llama.cpp" not in medians:
+    if "kvx" not in medians or peer not in medians:
         return None
-    return medians["kvx"][kind] / medians["llama.cpp"][kind]
+    return medians["kvx"][kind] / medians[peer][kind]
 
 
 def speed_table(rows, engines):
     kinds = ("decode", "prefill")
+    peers = [p for p in PEERS if p in engines] if "kvx" in engines else []
     head = ["file", "threads"] + [f"{e} {k} tok/s" for k in kinds for e in engines]
-    if len(engines) == 2:
-        head += [f"kvx/llama.cpp {k}" for k in kinds]
+    head += [f"kvx/{p} {k}" for p in peers for k in kinds]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["file"], str(row["threads"])]
         cells += [f"{row['median'][e][k]:.1f}" for k in kinds for e in engines]
-        if len(engines) == 2:
-            cells += [f"{ratio(row, k):.2f}" for k in kinds]
+        cells += [f"{ratio(row, k, p):.2f}" for p in peers for k in kinds]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -196,7 +205,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="--mem uses the first")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench's -r within each round")
-    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    parser.add_argument("--engines", nargs="+", default=["llama.cpp", "kvx"], choices=ENGINES)
+    parser.add_argument("--ik-python", type=Path, default=REPO / ".cache" / "ik-venv" / "bin" / "python",
+                        help="the python of the virtual environment that has ik-llama-cpp-python")
     parser.add_argument("--context", type=int, default=0,
                         help="measure at this long context instead (decode after it, prefill a prompt of it)")
     parser.add_argument("--mem", action="store_true", help="wall time and peak RSS of a one-token generation")
@@ -219,6 +230,12 @@ def main(argv=None):
     if args.cold and not args.mem:
         parser.error("--cold is for --mem")
     args.engines = [e for e in ENGINES if e in args.engines]  # llama.cpp first, whatever the order given
+    if "ik_llama.cpp" in args.engines:
+        if args.context or args.mem:
+            parser.error("ik_llama.cpp runs the default workloads only, not --context or --mem")
+        if not args.ik_python.is_file():
+            parser.error(f"no python at {args.ik_python} for ik_llama.cpp (scripts/setup_ik_llamacpp.sh makes it, "
+                         "or pass --ik-python)")
     if "kvx" in args.engines and not args.kvx.is_file():
         parser.error(f"no kvx binary at {args.kvx} (build it, or pass --kvx)")
     try:
