@@ -201,15 +201,17 @@ def main():
                          "Q4_0 or Q4_K_M requantization); the prompts stay the same ids")
     args = ap.parse_args()
 
-    from .e2e_speed import smollm2_paths
-    paths = smollm2_paths(argparse.Namespace(kvx=Path(args.kvx)))
-    kvx_dir, gguf = paths["f16"]["kvx"], paths["f16"]["gguf"]
-    long_prompt = prompt_ids("smollm2", args.kvx, kvx_dir, 512)
-    kvx_model = kvx_dir
     if args.gguf:
         if not args.gguf.is_file():
             sys.exit(f"serve_load: no GGUF file at {args.gguf}")
+        # One file for both servers: the SmolLM2 fixture (make_smollm2, for the fp16 pair) is not needed. The
+        # prompts are bench/prompts/smollm2.txt's ids, made from the GGUF itself if that file is missing.
         kvx_model = gguf = args.gguf
+    else:
+        from .e2e_speed import smollm2_paths
+        paths = smollm2_paths(argparse.Namespace(kvx=Path(args.kvx)))
+        kvx_model, gguf = paths["f16"]["kvx"], paths["f16"]["gguf"]
+    long_prompt = prompt_ids("smollm2", args.kvx, kvx_model, 512)
     prompts = [long_prompt[37 * i: 37 * i + 32 + 16 * i] for i in range(N_PROMPTS)]  # 32 .. 144 tokens
 
     slots = max(args.concurrency)
