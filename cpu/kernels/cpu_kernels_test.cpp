@@ -36,7 +36,10 @@ using kvx::cpu::testing::ThreadCount;
 using kvx::BaselineKernelTable;
 using kvx::BlockCopy;
 using kvx::ContiguousAttentionArgs;
+using kvx::f16_to_f32;
+using kvx::f32_to_f16;
 using kvx::KernelTable;
+using kvx::KvDtype;
 using kvx::MatmulPart;
 using kvx::PagedAttentionArgs;
 using kvx::cpu::SimdLevel;
@@ -271,6 +274,7 @@ struct AttentionBatch {
     std::vector<int> seq_lengths;  // positions in the cache per sequence
     int prefill_rows = 1;
     int window = 0;  // PagedAttentionArgs::window
+    KvDtype kv_dtype = KvDtype::f32;  // f16: the kernels read k_cache_f16 / v_cache_f16 (to_f16)
 
     int table_stride = 0;
     std::vector<float> q;             // [n_rows][n_heads][head_dim]
@@ -279,8 +283,23 @@ struct AttentionBatch {
     std::vector<int32_t> tables;      // [n_seqs][table_stride]
     std::vector<int32_t> row_seq;     // [n_rows]
     std::vector<int32_t> row_pos;     // [n_rows]
+    std::vector<uint16_t> k_cache_f16;  // k_cache's layout, IEEE fp16 bits
+    std::vector<uint16_t> v_cache_f16;  // v_cache's layout, IEEE fp16 bits
 
     int n_rows() const { return static_cast<int>(row_seq.size()); }
+
+    // Reads the cache as fp16 from now on: k_cache and v_cache become the values fp16 holds, so that the
+    // reference, which reads the same fp16 bits, and a check on the fp32 copies agree.
+    void to_f16() {
+        kv_dtype = KvDtype::f16;
+        for (auto [from, to] : {std::pair{&k_cache, &k_cache_f16}, std::pair{&v_cache, &v_cache_f16}}) {
+            to->resize(from->size());
+            for (size_t i = 0; i < from->size(); ++i) {
+                (*to)[i] = f32_to_f16((*from)[i]);
+                (*from)[i] = f16_to_f32((*to)[i]);
+            }
+        }
+    }
 
     void build(uint32_t seed) {
         std::mt19937 rng(seed);
@@ -322,8 +341,10 @@ struct AttentionBatch {
         std::vector<float> out = nan_filled(q.size());
         PagedAttentionArgs args;
         args.q = q.data();
-        args.k_cache = k_cache.data();
-        args.v_cache = v_cache.data();
+        const bool f16 = kv_dtype == KvDtype::f16;
+        args.kv_dtype = kv_dtype;
+        args.k_cache = f16 ? static_cast<const void*>(k_cache_f16.data()) : k_cache.data();
+        args.v_cache = f16 ? static_cast<const void*>(v_cache_f16.data()) : v_cache.data();
         args.window = window;
         args.block_tables = tables.data();
         args.row_seq = row_seq.data();
@@ -369,13 +390,16 @@ TEST_CASE("paged_attention with a window of at least row_pos + 1 equals full att
 // A pair's result depends on its own keys alone (attention_schedule.inc): a row gives the same bits in a call of
 // its own, beside a prompt chunk and other decode rows, and on 1 or 2 threads, though its keys go through split-K
 // in one of these calls and not in another, and a prompt chunk's rows share their keys in tiles of 8.
+// With an fp16 cache the prompt chunk's rows read its keys and values widened to fp32 once for the tile, and a
+// row alone reads the fp16 rows: the heads' passes must still be the same, so that the bits are.
 TEST_CASE("paged_attention gives each row the same bits alone, in a batch, and on any number of threads", "[split]") {
     for_each_level([](const KernelTable& kernels) {
-        for (int window : {0, 300}) {
-            INFO("window " << window);
+        for (auto [window, f16] : {std::pair{0, false}, std::pair{300, false}, std::pair{0, true}}) {
+            INFO("window " << window << (f16 ? ", fp16 cache" : ", fp32 cache"));
             // Sequence 0: a 21-row prompt chunk ending at 1100 (5 key segments); the rest one decode row each.
             AttentionBatch batch = attention_batch(3, 3, 64, 16, {1100, 2000, 70, 700}, 21, 1700);
             batch.window = window;
+            if (f16) batch.to_f16();
             std::vector<float> together;
             {
                 ThreadCount one(1);
