@@ -163,8 +163,11 @@ class Gemma3(unittest.TestCase):
         """kvx -m FILE.gguf, no export: its reference kernels give the exported model's logits bit for bit (kvx
         keeps every Q8_0, Q5_0, Q4_K and Q6_K value, which the export dequantized with gguf), and its SIMD
         kernels, which round the activations to int8 as llama.cpp does (Q8_0, Q8_K), stay within 8% of
-        max|logit| of them (measured 5.9%: the K-quants take x rounded per 256, as llama.cpp's Q8_K) with the same
-        argmax at 90% of positions or more."""
+        max|logit| of them (measured 5.9%: the K-quants take x rounded per 256, as llama.cpp's Q8_K). Their argmax
+        may differ only at a near-tie: where it does, the exact logits of the two picks are within 2% of
+        max|logit| of each other. (On AVX2, 2 of the 16 positions pick the exact logits' second token, 0.13 and
+        0.07 below the first with max|logit| 25: the rounding, not a kernel error. An argmax rate of 90% failed
+        there, 14 of 16.)"""
         tokens = ",".join(map(str, (self._kvx_tokens(PROMPT) * 4)[:N_PREFILL]))
         logits = {}
         for name, model, simd in (("direct", self.gguf, "reference"), ("exported", self.model, "reference"),
@@ -175,10 +178,13 @@ class Gemma3(unittest.TestCase):
         np.testing.assert_array_equal(logits["direct"], logits["exported"])
         ref = logits["exported"]
         err, scale = float(np.abs(logits["simd"] - ref).max()), float(np.abs(ref).max())
-        agree = float((logits["simd"].argmax(-1) == ref.argmax(-1)).mean())
-        print(f"gemma3 GGUF direct, SIMD kernels vs exact: max |diff| {err:.3g} of {scale:.3g}, argmax {agree:.0%}")
+        picks = logits["simd"].argmax(-1)
+        agree = float((picks == ref.argmax(-1)).mean())
+        shortfall = float((ref.max(-1) - ref[np.arange(len(ref)), picks]).max())  # the exact logits' best - pick's
+        print(f"gemma3 GGUF direct, SIMD kernels vs exact: max |diff| {err:.3g} of {scale:.3g}, argmax {agree:.0%}, "
+              f"largest shortfall of a pick {shortfall:.3g}")
         self.assertLessEqual(err, 0.08 * scale)
-        self.assertGreaterEqual(agree, 0.9)
+        self.assertLessEqual(shortfall, 0.02 * scale)
 
     def test_chat_with_the_gguf_file(self):
         """The GGUF has no chat template: kvx chat refuses it in one line naming --chat-template, and with
