@@ -87,11 +87,10 @@ class PythonPeer(Engine):
     """A peer driven by one of the run_* modules beside this one, which print one JSON line."""
     module = ""
     python = sys.executable  # the interpreter whose packages hold the peer
-    module_options = ()
 
     def command(self, prompt, n_new):
         return [str(self.python), "-m", self.module, self.model, "--tokens", id_list(prompt),
-                "-n", str(n_new), "-t", str(self.threads), *self.module_options]
+                "-n", str(n_new), "-t", str(self.threads)]
 
     def environment(self):
         # The runner is imported from this checkout's tools/, whichever interpreter runs it.

@@ -44,7 +44,7 @@ from .llamacpp_peer import DECODE_CONTEXT, DECODE_NEW, PREFILL_PROMPT
 SMOLLM2_TYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS", "F16", "F32"]
 GEMMA3 = "gemma3"
 ENGINES = ["llama.cpp", "ik_llama.cpp", "kvx"]  # the order of the table's columns
-PEERS = ["llama.cpp", "ik_llama.cpp"]
+PEERS = [e for e in ENGINES if e != "kvx"]
 
 
 def gguf_files(types, cache, work):
